@@ -1,0 +1,26 @@
+# The two commands a fresh clone needs: `make demo` and `make test`.
+UV ?= $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+PYTEST_ARGS ?=
+
+.PHONY: demo test install lint bench uv
+
+uv:
+	@command -v $(UV) >/dev/null 2>&1 || python3 -m pip install --user --quiet uv
+
+install: uv
+	$(UV) sync --locked --all-extras
+
+demo: install
+	$(UV) run --locked outbox demo
+
+lint: install
+	$(UV) run --locked ruff check .
+	$(UV) run --locked ruff format --check .
+	$(UV) run --locked mypy
+	$(UV) run --locked lint-imports
+
+test: lint
+	$(UV) run --locked pytest $(PYTEST_ARGS)
+
+bench: install
+	$(UV) run --locked python -m bench

@@ -1,0 +1,90 @@
+"""Validation and encoding of messages before they reach SQL.
+
+Everything a database constraint would reject is refused here first, with the field named, so
+a bad append never aborts the caller's business transaction.
+"""
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from outbox.encoding import JsonDefault, encode_json, json_default
+from outbox.errors import InvalidMessageError
+
+# Matches the CHECK constraints in sql/schema.sql.
+MAX_NAME_LENGTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """One message for `append_many`."""
+
+    message_type: str
+    data: Any
+    message_id: str | None = None
+    partition_key: str | None = None
+    headers: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedMessage:
+    """A validated message, its JSON already encoded as text for a `::jsonb` cast."""
+
+    message_id: str
+    message_type: str
+    partition_key: str | None
+    data: str
+    headers: str
+
+
+def check_name(field: str, value: object) -> str:
+    """A publication, type, id or key: non-empty text PostgreSQL can store, within the limit."""
+    if not isinstance(value, str):
+        raise InvalidMessageError(field, value, f"must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidMessageError(field, value, "must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidMessageError(
+            field, value, f"is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}"
+        )
+    if "\x00" in value:
+        raise InvalidMessageError(field, value, "contains \\u0000, which PostgreSQL text refuses")
+    return value
+
+
+def encode_message(
+    message: NewMessage,
+    *,
+    max_payload_bytes: int,
+    default: JsonDefault = json_default,
+    field_prefix: str = "",
+) -> EncodedMessage:
+    """Validate and encode one message; `field_prefix` locates it inside a batch."""
+    message_type = check_name(f"{field_prefix}message_type", message.message_type)
+    message_id = (
+        str(uuid.uuid4())
+        if message.message_id is None
+        else check_name(f"{field_prefix}message_id", message.message_id)
+    )
+    partition_key = (
+        None
+        if message.partition_key is None
+        else check_name(f"{field_prefix}partition_key", message.partition_key)
+    )
+    headers_value: Mapping[str, Any] = {} if message.headers is None else message.headers
+    if not isinstance(headers_value, Mapping):
+        raise InvalidMessageError(
+            f"{field_prefix}headers", headers_value, "must be a mapping of names to JSON values"
+        )
+    data = encode_json(f"{field_prefix}data", message.data, default)
+    headers = encode_json(f"{field_prefix}headers", dict(headers_value), default)
+    size = len(data.encode()) + len(headers.encode())
+    if size > max_payload_bytes:
+        raise InvalidMessageError(
+            f"{field_prefix}data",
+            f"<{size} bytes of JSON>",
+            f"data and headers take {size} bytes; the limit is {max_payload_bytes}"
+            " (OUTBOX_MAX_PAYLOAD_BYTES)",
+        )
+    return EncodedMessage(message_id, message_type, partition_key, data, headers)

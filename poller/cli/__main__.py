@@ -1,0 +1,3 @@
+from poller.cli.main import main
+
+main()

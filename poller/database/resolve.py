@@ -1,0 +1,11 @@
+"""Which database a command talks to."""
+
+from poller.database.embedded import embedded_database_url
+from poller.settings import PollerSettings
+
+
+def resolve_database_url(settings: PollerSettings) -> str:
+    """OUTBOX_DATABASE_URL when set, else the embedded server under OUTBOX_DATA_DIR."""
+    if settings.database_url:
+        return settings.database_url
+    return embedded_database_url(settings.data_dir)

@@ -1,0 +1,98 @@
+"""What a handler receives."""
+
+import datetime
+from typing import Any
+
+import orjson
+
+from poller.positions import Position
+
+
+class Message:
+    """One outbox message as delivered to a handler.
+
+    `data` and `headers` are decoded on first access: decoding jsonb into dicts is the read
+    path's bottleneck, so a handler that routes on `message_type` alone never pays for it.
+    """
+
+    __slots__ = (
+        "_data",
+        "_data_text",
+        "_headers",
+        "_headers_text",
+        "delivery_attempt",
+        "message_id",
+        "message_type",
+        "partition_key",
+        "position",
+        "publication",
+        "scheduled",
+        "transaction_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        position: int,
+        transaction_id: int,
+        publication: str,
+        message_id: str,
+        message_type: str,
+        partition_key: str | None,
+        data_text: str,
+        headers_text: str,
+        scheduled: datetime.datetime,
+        delivery_attempt: int = 1,
+    ) -> None:
+        self.position = position
+        self.transaction_id = transaction_id
+        self.publication = publication
+        self.message_id = message_id
+        self.message_type = message_type
+        self.partition_key = partition_key
+        self.scheduled = scheduled
+        self.delivery_attempt = delivery_attempt
+        self._data_text = data_text
+        self._headers_text = headers_text
+        self._data: Any = _UNDECODED
+        self._headers: Any = _UNDECODED
+
+    @property
+    def data(self) -> Any:
+        if self._data is _UNDECODED:
+            self._data = orjson.loads(self._data_text)
+        return self._data
+
+    @property
+    def data_text(self) -> str:
+        """The payload as the JSON text PostgreSQL returned, for handlers that forward it."""
+        return self._data_text
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        if self._headers is _UNDECODED:
+            self._headers = orjson.loads(self._headers_text)
+        headers: dict[str, Any] = self._headers
+        return headers
+
+    @property
+    def at(self) -> Position:
+        """Where the message sits in delivery order."""
+        return Position(self.transaction_id, self.position)
+
+    def with_attempt(self, attempt: int) -> "Message":
+        copy = Message.__new__(Message)
+        for name in Message.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.delivery_attempt = attempt
+        return copy
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(publication={self.publication!r}, position={self.position},"
+            f" transaction_id={self.transaction_id}, message_type={self.message_type!r},"
+            f" message_id={self.message_id!r}, attempt={self.delivery_attempt})"
+        )
+
+
+_UNDECODED: Any = object()

@@ -1,0 +1,26 @@
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.databases import DatabaseFactory, server_url
+
+
+@pytest.fixture(scope="session")
+def database_server() -> Iterator[str]:
+    with server_url() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def database_factory(database_server: str) -> Iterator[DatabaseFactory]:
+    factory = DatabaseFactory(database_server)
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+def database_url(database_factory: DatabaseFactory) -> Iterator[str]:
+    """A fresh, migrated database for this test alone."""
+    url = database_factory.create()
+    yield url
+    database_factory.drop(url)

@@ -1,0 +1,38 @@
+"""The README's Python snippets run, in order, against a fresh database."""
+
+import re
+
+from outbox.queries import sql_directory
+
+README = sql_directory().parent / "README.md"
+
+
+def test_the_readme_snippets_run(database_url: str) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert len(blocks) >= 2
+    namespace = {"DATABASE_URL": database_url, "SQLALCHEMY_URL": sqlalchemy_url(database_url)}
+    for block in blocks:
+        exec(compile(block, str(README), "exec"), namespace)
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        types = conn.execute(
+            "SELECT message_type FROM outbox.messages ORDER BY position"
+        ).fetchall()
+    assert types == [("OrderPlaced",), ("OrderChanged",), ("InvoiceDue",)]
+
+
+def sqlalchemy_url(conninfo: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+    from sqlalchemy.engine import URL
+
+    parts = conninfo_to_dict(conninfo)
+    return URL.create(
+        "postgresql+psycopg",
+        username=str(parts.get("user", "postgres")),
+        password=str(parts["password"]) if parts.get("password") else None,
+        host=None if str(parts.get("host", "")).startswith("/") else str(parts.get("host") or ""),
+        port=int(parts["port"]) if parts.get("port") else None,
+        database=str(parts["dbname"]),
+        query={"host": str(parts["host"])} if str(parts.get("host", "")).startswith("/") else {},
+    ).render_as_string(hide_password=False)
