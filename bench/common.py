@@ -1,0 +1,20 @@
+"""What every benchmark module returns, so the harness can print one table with ratios.
+
+A benchmark module is `bench/<name>_bench.py` with `TITLE: str` and
+`run(database_url: str, quick: bool) -> list[Measurement]`. Every measurement names the
+baseline variant of its group, measured in the same run, and the harness prints
+value / baseline beside it.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Measurement:
+    group: str  # e.g. "writers=16"
+    variant: str  # e.g. "(b) insert + outbox.append"
+    value: float
+    unit: str  # e.g. "tx/s", "rows/s", "ms"
+    baseline: str | None = None  # variant of the same group this one is compared with
+    note: str = ""
+    higher_is_better: bool = True
