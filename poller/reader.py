@@ -14,7 +14,7 @@ from poller.message import Message
 from poller.positions import Position
 
 
-def _message(row: tuple[Any, ...]) -> Message:
+def message_from_row(row: tuple[Any, ...]) -> Message:
     (
         position,
         transaction_id,
@@ -44,14 +44,14 @@ def read_batch(
 ) -> list[Message]:
     """Up to `limit` committed messages after `after`, in (transaction_id, position) order."""
     rows = conn.execute(QUERIES["read_batch"], _params(publication, after, limit)).fetchall()
-    return [_message(row) for row in rows]
+    return [message_from_row(row) for row in rows]
 
 
 async def read_batch_async(
     conn: psycopg.AsyncConnection[Any], publication: str, after: Position, limit: int
 ) -> list[Message]:
     cursor = await conn.execute(QUERIES["read_batch"], _params(publication, after, limit))
-    return [_message(row) for row in await cursor.fetchall()]
+    return [message_from_row(row) for row in await cursor.fetchall()]
 
 
 def read_batch_naive(
@@ -62,7 +62,7 @@ def read_batch_naive(
         QUERIES["read_batch_naive"],
         {"publication": publication, "after_position": after_position, "limit": limit},
     ).fetchall()
-    return [_message(row) for row in rows]
+    return [message_from_row(row) for row in rows]
 
 
 def safe_frontier(conn: psycopg.Connection[Any]) -> int:

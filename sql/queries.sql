@@ -78,3 +78,154 @@ LIMIT %(limit)s
 -- safe_frontier --
 -- The oldest transaction id still running anywhere in the cluster: nothing at or above it is safe to read yet.
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS frontier
+
+-- create_subscription --
+-- Creates a subscription starting after the given checkpoint; returns nothing if the name is taken.
+INSERT INTO outbox.subscriptions
+    (subscription_id, publication_id, last_processed_transaction_id, last_processed_position, settings)
+VALUES (%(subscription)s, %(publication)s, %(transaction_id)s::text::xid8, %(position)s, %(settings)s::jsonb)
+ON CONFLICT (subscription_id) DO NOTHING
+RETURNING subscription_id
+
+-- get_subscription --
+-- One subscription's publication, checkpoint, epoch and settings.
+SELECT subscription_id, publication_id, last_processed_transaction_id::text::bigint,
+       last_processed_position, epoch, settings
+FROM outbox.subscriptions WHERE subscription_id = %(subscription)s
+
+-- list_subscriptions --
+-- Every subscription, by name.
+SELECT subscription_id, publication_id, last_processed_transaction_id::text::bigint,
+       last_processed_position, epoch, settings
+FROM outbox.subscriptions ORDER BY subscription_id
+
+-- delete_subscription --
+-- Deletes a subscription (its leader lease goes with it).
+DELETE FROM outbox.subscriptions WHERE subscription_id = %(subscription)s RETURNING subscription_id
+
+-- update_subscription_settings --
+-- Replaces a subscription's settings; the daemon picks them up at its next leadership renewal.
+UPDATE outbox.subscriptions SET settings = %(settings)s::jsonb, updated_at = clock_timestamp()
+WHERE subscription_id = %(subscription)s RETURNING subscription_id
+
+-- seek_subscription --
+-- Moves a subscription's checkpoint and raises its epoch, so a running daemon drops what it read before.
+UPDATE outbox.subscriptions
+SET last_processed_transaction_id = %(transaction_id)s::text::xid8,
+    last_processed_position = %(position)s,
+    epoch = epoch + 1,
+    updated_at = clock_timestamp()
+WHERE subscription_id = %(subscription)s
+RETURNING epoch
+
+-- acquire_leadership --
+-- Takes the lease when it is free, expired, or its holder's session is gone; a takeover raises the fencing token.
+INSERT INTO outbox.subscription_leaders AS l
+    (subscription_id, token, holder, host, pid, since, expires_at)
+VALUES (%(subscription)s, 1, %(holder)s, %(host)s, %(pid)s, clock_timestamp(),
+        clock_timestamp() + %(ttl_seconds)s * interval '1 second')
+ON CONFLICT (subscription_id) DO UPDATE
+SET token = l.token + 1, holder = excluded.holder, host = excluded.host, pid = excluded.pid,
+    since = excluded.since, expires_at = excluded.expires_at
+WHERE l.expires_at < clock_timestamp()
+   OR l.holder = excluded.holder
+   OR NOT EXISTS (SELECT FROM pg_stat_activity AS a WHERE a.application_name = l.holder)
+RETURNING token
+
+-- renew_leadership --
+-- Extends the lease if this holder still has it; returns the subscription's epoch and settings so seeks and updates are noticed.
+UPDATE outbox.subscription_leaders AS l
+SET expires_at = clock_timestamp() + %(ttl_seconds)s * interval '1 second'
+FROM outbox.subscriptions AS s
+WHERE l.subscription_id = %(subscription)s AND s.subscription_id = l.subscription_id
+  AND l.token = %(token)s AND l.holder = %(holder)s
+RETURNING s.epoch, s.last_processed_transaction_id::text::bigint, s.last_processed_position,
+          s.settings, s.replay_requests
+
+-- release_leadership --
+-- Gives the lease up at shutdown so a standby takes over at once.
+DELETE FROM outbox.subscription_leaders
+WHERE subscription_id = %(subscription)s AND token = %(token)s AND holder = %(holder)s
+
+-- write_checkpoint --
+-- Moves the checkpoint forward and records the leader's runtime, only for the current leader (fencing token) in the current epoch.
+WITH fenced AS (
+    UPDATE outbox.subscription_leaders
+    SET runtime = %(runtime)s::jsonb, runtime_at = clock_timestamp()
+    WHERE subscription_id = %(subscription)s AND token = %(token)s AND holder = %(holder)s
+    RETURNING subscription_id
+)
+UPDATE outbox.subscriptions AS s
+SET last_processed_transaction_id = %(transaction_id)s::text::xid8,
+    last_processed_position = %(position)s,
+    updated_at = clock_timestamp()
+FROM fenced
+WHERE s.subscription_id = fenced.subscription_id AND s.epoch = %(epoch)s
+  AND (s.last_processed_transaction_id, s.last_processed_position)
+      <= (%(transaction_id)s::text::xid8, %(position)s::bigint)
+RETURNING 1
+
+-- oldest_hidden_transaction --
+-- The oldest committed transaction after a checkpoint that the safe frontier still hides (null if none).
+SELECT min(m.transaction_id)::text::bigint
+FROM outbox.messages AS m
+WHERE m.publication_id = %(publication)s
+  AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+  AND m.transaction_id >= pg_snapshot_xmin(pg_current_snapshot())
+
+-- blocking_transactions_before --
+-- The sessions and prepared transactions, in any database, that hold back rows at or after a transaction id.
+SELECT kind, pid, database, user_name, application_name, client_address, state,
+       extract(epoch FROM transaction_age)::float8, query_start
+FROM outbox.blocking_transactions
+WHERE transaction_id < %(transaction_id)s::text::xid8
+ORDER BY transaction_start
+
+-- subscription_status --
+-- The operator's view of every subscription.
+SELECT subscription_id, publication_id, checkpoint_transaction_id::text::bigint, checkpoint_position,
+       messages_behind, extract(epoch FROM oldest_undelivered_age)::float8,
+       leader_host, leader_pid, leader_since, leader_alive, blocked_by
+FROM outbox.subscription_status ORDER BY subscription_id
+
+-- park_message --
+-- Records a message the subscription gave up on; a repeated park (after a replay failed again) updates the row.
+INSERT INTO outbox.parked_messages (subscription_id, position, transaction_id, attempts, last_error)
+VALUES (%(subscription)s, %(position)s, %(transaction_id)s::text::xid8, %(attempts)s, %(last_error)s)
+ON CONFLICT (subscription_id, position) DO UPDATE
+SET attempts = outbox.parked_messages.attempts + excluded.attempts,
+    last_error = excluded.last_error, parked_at = now()
+
+-- unpark_message --
+-- Deletes a parked row once its replay was acknowledged.
+DELETE FROM outbox.parked_messages WHERE subscription_id = %(subscription)s AND position = %(position)s
+
+-- list_parked --
+-- A subscription's parked messages with their type and error, oldest position first.
+SELECT p.position, p.transaction_id::text::bigint, m.message_type, m.message_id, p.attempts,
+       p.last_error, p.parked_at
+FROM outbox.parked_messages AS p
+JOIN outbox.messages AS m ON m.position = p.position
+WHERE p.subscription_id = %(subscription)s
+ORDER BY p.transaction_id, p.position
+LIMIT %(limit)s
+
+-- purge_parked --
+-- Drops a subscription's parked messages for good.
+DELETE FROM outbox.parked_messages WHERE subscription_id = %(subscription)s
+
+-- read_parked_messages --
+-- The messages behind a subscription's parked rows, for replay, in delivery order.
+SELECT m.position,
+       m.transaction_id::text::bigint AS transaction_id,
+       m.publication_id, m.message_id, m.message_type, m.partition_key,
+       m.data::text AS data, m.headers::text AS headers, m.scheduled
+FROM outbox.parked_messages AS p
+JOIN outbox.messages AS m ON m.position = p.position
+WHERE p.subscription_id = %(subscription)s
+ORDER BY m.transaction_id, m.position
+
+-- request_replay --
+-- Asks the subscription's leader to re-deliver its parked messages.
+UPDATE outbox.subscriptions SET replay_requests = replay_requests + 1, updated_at = clock_timestamp()
+WHERE subscription_id = %(subscription)s RETURNING replay_requests

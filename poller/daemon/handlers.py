@@ -1,0 +1,66 @@
+"""Loading `package.module:callable` handlers and calling them, sync or async alike."""
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from poller.message import Message
+
+Handler = Callable[[Message], Any]
+
+
+class HandlerNotFoundError(ValueError):
+    """The --handler value does not name an importable callable."""
+
+
+def load_handler(spec: str) -> Handler:
+    module_name, separator, attribute = spec.partition(":")
+    if not separator or not module_name or not attribute:
+        raise HandlerNotFoundError(f"handler {spec!r} is not of the form package.module:callable")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise HandlerNotFoundError(
+            f"handler {spec!r}: cannot import {module_name!r}: {error}"
+        ) from error
+    target: Any = module
+    for part in attribute.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise HandlerNotFoundError(f"handler {spec!r}: {module_name!r} has no {attribute!r}")
+    if not callable(target):
+        raise HandlerNotFoundError(f"handler {spec!r} is a {type(target).__name__}, not callable")
+    handler: Handler = target
+    return handler
+
+
+class HandlerCaller:
+    """Runs async handlers on the loop and sync ones on a thread pool, so a blocking handler
+    never stalls reading, leases or checkpoints."""
+
+    def __init__(self, handler: Handler, threads: int) -> None:
+        self._handler = handler
+        self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            getattr(handler, "__call__", None)  # noqa: B004 - callable objects with async __call__
+        )
+        self._pool = None if self._is_async else ThreadPoolExecutor(threads, "outbox-handler")
+
+    async def __call__(self, message: Message) -> None:
+        if self._pool is None:
+            result = self._handler(message)
+        else:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self._pool, self._handler, message)
+        if inspect.isawaitable(result):
+            await _awaited(result)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _awaited(result: Awaitable[Any]) -> None:
+    await result

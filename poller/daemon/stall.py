@@ -1,0 +1,66 @@
+"""Saying why delivery waits.
+
+Any transaction holding an xid anywhere in the cluster, even in another database, holds back
+pg_snapshot_xmin and so every poller (measured here: an open SELECT ... FOR UPDATE in another
+database delayed delivery by exactly its 2 s). When committed messages have waited behind the
+frontier longer than a threshold, the daemon names the blockers once, then again at a low rate
+while the stall lasts.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Blocker:
+    kind: str
+    pid: int | None
+    database: str | None
+    user_name: str | None
+    application_name: str | None
+    client_address: str | None
+    state: str | None
+    transaction_age_seconds: float
+    query_start: str | None
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> "Blocker":
+        return cls(*row)
+
+    def describe(self) -> str:
+        who = f"pid {self.pid}" if self.pid is not None else f"gid {self.application_name!r}"
+        query = (self.query_start or "").replace("\n", " ")[:80]
+        return (
+            f"{self.kind} {who} (database {self.database}, user {self.user_name},"
+            f" application {self.application_name!r}, client {self.client_address or 'local'},"
+            f" state {self.state}, in transaction for {self.transaction_age_seconds:.1f} s,"
+            f" query {query!r})"
+        )
+
+
+@dataclass
+class StallWatch:
+    """Decides when to warn; the caller passes the time and whether rows are hidden."""
+
+    threshold: float = 5.0
+    repeat_every: float = 60.0
+    _hidden_since: float | None = None
+    _last_warning: float | None = None
+
+    def observe(self, now: float, *, hidden: bool) -> bool:
+        """True when a warning is due now."""
+        if not hidden:
+            self._hidden_since = None
+            self._last_warning = None
+            return False
+        if self._hidden_since is None:
+            self._hidden_since = now
+        if now - self._hidden_since < self.threshold:
+            return False
+        if self._last_warning is None or now - self._last_warning >= self.repeat_every:
+            self._last_warning = now
+            return True
+        return False
+
+    def waited(self, now: float) -> float:
+        return 0.0 if self._hidden_since is None else now - self._hidden_since
