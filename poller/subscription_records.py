@@ -30,11 +30,12 @@ class SubscriptionRecord:
     checkpoint: Position
     epoch: int
     stored_settings: dict[str, Any]
+    replay_requests: int
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> "SubscriptionRecord":
-        name, publication, transaction_id, position, epoch, settings = row
-        return cls(name, publication, Position(transaction_id, position), epoch, settings)
+        name, publication, transaction_id, position, epoch, settings, replays = row
+        return cls(name, publication, Position(transaction_id, position), epoch, settings, replays)
 
     @property
     def settings(self) -> SubscriptionSettings:

@@ -101,7 +101,6 @@ RETURNING s.subscription_id
 
 -- pipeline_subscription_owner --
 -- Who a subscription id belongs to, to explain a refused start or commit.
-SELECT publication_id, settings ->> 'kind' AS kind,
-       last_processed_transaction_id::text::bigint AS transaction_id, last_processed_position
+SELECT publication_id, settings ->> 'kind' AS kind
 FROM outbox.subscriptions
 WHERE subscription_id = %(subscription)s

@@ -90,13 +90,13 @@ RETURNING subscription_id
 -- get_subscription --
 -- One subscription's publication, checkpoint, epoch and settings.
 SELECT subscription_id, publication_id, last_processed_transaction_id::text::bigint,
-       last_processed_position, epoch, settings
+       last_processed_position, epoch, settings, replay_requests
 FROM outbox.subscriptions WHERE subscription_id = %(subscription)s
 
 -- list_subscriptions --
 -- Every subscription, by name.
 SELECT subscription_id, publication_id, last_processed_transaction_id::text::bigint,
-       last_processed_position, epoch, settings
+       last_processed_position, epoch, settings, replay_requests
 FROM outbox.subscriptions ORDER BY subscription_id
 
 -- delete_subscription --

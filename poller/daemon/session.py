@@ -74,7 +74,8 @@ class LeaderSession:
         self._writes: asyncio.Queue[WriteCommand] = asyncio.Queue()
         self._deliveries: set[asyncio.Task[None]] = set()
         self._replaying: set[Position] = set()
-        self._replay_requests_seen: int | None = None
+        # Replays requested before this term began were for a previous leader; see README.
+        self._replay_requests_seen = record.replay_requests
         # Settings other than the consumer count changed: end this term gracefully and let
         # the worker start a new one with a machine built for the new settings.
         self.restart_requested = False
@@ -298,9 +299,9 @@ class LeaderSession:
         self._carry_out(self.machine.consumer_count_changed(changed.consumers, now))
 
     async def _replay_if_requested(self, state: LeaseState) -> None:
-        seen, self._replay_requests_seen = self._replay_requests_seen, state.replay_requests
-        if seen is None or state.replay_requests == seen:
+        if state.replay_requests == self._replay_requests_seen:
             return
+        self._replay_requests_seen = state.replay_requests
         cursor = await self._conn.execute(
             QUERIES["read_parked_messages"], {"subscription": self._record.subscription_id}
         )

@@ -35,7 +35,7 @@ class Waker:
         """Run until cancelled, reconnecting with backoff."""
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type(psycopg.OperationalError),
-            wait=wait_exponential_jitter(initial=0.1, max=5),
+            wait=wait_exponential_jitter(multiplier=0.1, max=5),
             before_sleep=lambda _: log.info("LISTEN connection lost; reconnecting"),
         ):
             with attempt:

@@ -66,7 +66,7 @@ class SubscriptionWorker:
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type(psycopg.OperationalError),
-            wait=wait_exponential_jitter(initial=0.05, max=5),
+            wait=wait_exponential_jitter(multiplier=0.05, max=5),
             before_sleep=lambda state: log.warning(
                 "cannot reach the database (%s); retrying",
                 state.outcome and state.outcome.exception(),

@@ -1,0 +1,51 @@
+from poller.daemon.stall import Blocker, StallWatch
+
+
+def test_no_warning_before_the_threshold_then_one_then_a_low_rate() -> None:
+    watch = StallWatch(threshold=5.0, repeat_every=60.0)
+    assert not watch.observe(100.0, hidden=True)
+    assert not watch.observe(104.9, hidden=True)
+    assert watch.observe(105.0, hidden=True)
+    assert not watch.observe(106.0, hidden=True)
+    assert not watch.observe(164.9, hidden=True)
+    assert watch.observe(165.0, hidden=True)
+
+
+def test_the_clock_restarts_when_nothing_is_hidden() -> None:
+    watch = StallWatch(threshold=5.0)
+    watch.observe(0.0, hidden=True)
+    assert not watch.observe(4.0, hidden=False)
+    assert not watch.observe(8.0, hidden=True)
+    assert watch.waited(9.0) == 1.0
+    assert watch.observe(13.0, hidden=True)
+
+
+def test_a_blocker_is_described_with_what_an_operator_needs() -> None:
+    blocker = Blocker(
+        "session",
+        4242,
+        "billing",
+        "app",
+        "psql",
+        "10.0.0.7",
+        "idle in transaction",
+        12.5,
+        "SELECT * FROM accounts FOR UPDATE",
+    )
+    text = blocker.describe()
+    for part in (
+        "pid 4242",
+        "billing",
+        "app",
+        "psql",
+        "10.0.0.7",
+        "idle in transaction",
+        "12.5 s",
+        "FOR UPDATE",
+    ):
+        assert part in text
+
+
+def test_a_prepared_transaction_is_named_by_its_gid() -> None:
+    blocker = Blocker("prepared transaction", None, "db", "app", "tx-1", None, "prepared", 3, None)
+    assert "gid 'tx-1'" in blocker.describe()
