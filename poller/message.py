@@ -20,6 +20,7 @@ class Message:
         "_data_text",
         "_headers",
         "_headers_text",
+        "at",
         "delivery_attempt",
         "message_id",
         "message_type",
@@ -52,6 +53,8 @@ class Message:
         self.partition_key = partition_key
         self.scheduled = scheduled
         self.delivery_attempt = delivery_attempt
+        # Where the message sits in delivery order; computed once, it is read per event.
+        self.at = Position(transaction_id, position)
         self._data_text = data_text
         self._headers_text = headers_text
         self._data: Any = _UNDECODED
@@ -74,11 +77,6 @@ class Message:
             self._headers = orjson.loads(self._headers_text)
         headers: dict[str, Any] = self._headers
         return headers
-
-    @property
-    def at(self) -> Position:
-        """Where the message sits in delivery order."""
-        return Position(self.transaction_id, self.position)
 
     def with_attempt(self, attempt: int) -> "Message":
         copy = Message.__new__(Message)

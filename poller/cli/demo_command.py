@@ -1,16 +1,22 @@
-"""`outbox demo`: concurrent writers committing out of order, read safely and naively."""
+"""`outbox demo`: writers committing out of order, delivered by the daemon, live."""
 
 import threading
+import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import click
+import psycopg
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 
+from poller import administration
 from poller.cli.context import CommandContext
 from poller.database import migrations
-from poller.demo.workload import ReaderTally, WorkloadShape, read_until, run_writers
+from poller.demo.live import CountingHandler, DaemonThread
+from poller.demo.workload import WorkloadShape, WriterTally, read_until, run_writers
 
 
 @click.command()
@@ -18,38 +24,96 @@ from poller.demo.workload import ReaderTally, WorkloadShape, read_until, run_wri
 @click.option("--transactions", default=40, show_default=True, help="Per writer.")
 @click.pass_obj
 def demo(context: CommandContext, writers: int, transactions: int) -> None:
-    """Show what a snapshot-safe reader keeps and a `position > last` reader loses."""
+    """Deliver out-of-order commits with the daemon, and show what a naive reader loses."""
     console = Console()
     url = context.database_url
     migrations.upgrade(url)
-    publication = f"demo-{uuid.uuid4().hex[:8]}"
+    publication = subscription = f"demo-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url) as conn:
+        administration.create(
+            conn,
+            subscription,
+            publication,
+            "end",
+            {"checkpoint_after": 0.2, "min_checkpoint_count": 1},
+        )
     shape = WorkloadShape(writers=writers, transactions_per_writer=transactions)
     console.print(
         f"{writers} writers x {transactions} transactions into [bold]{publication}[/],"
-        " commits in random order, some rolled back..."
+        " committing in random order, some rolled back; the daemon delivers as they go."
     )
+    handler = CountingHandler()
+    daemon = DaemonThread(url, subscription, handler)
+    daemon.start()
     writers_done = threading.Event()
-    with ThreadPoolExecutor(max_workers=2) as readers:
-        safe = readers.submit(read_until, url, publication, writers_done, naive=False)
-        naive = readers.submit(read_until, url, publication, writers_done, naive=True)
-        tally = run_writers(url, publication, shape)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        naive = pool.submit(read_until, url, publication, writers_done, naive=True)
+        writing = pool.submit(run_writers, url, publication, shape)
+        tally = _show_progress(console, url, subscription, handler, writing)
         writers_done.set()
-        results = {"snapshot-safe": safe.result(), "naive position > last": naive.result()}
+        naive_read = naive.result()
+    daemon.stop()
+    console.print(_summary(tally, handler, naive_read.positions))
 
-    table = Table(title="Every committed message, read while the writers ran")
+
+def _show_progress(
+    console: Console,
+    url: str,
+    subscription: str,
+    handler: CountingHandler,
+    writing: Future[WriterTally],
+) -> WriterTally:
+    """Refresh the live table until every committed message is delivered (or 15 s after the
+    writers finished, so a broken daemon cannot hang the demo)."""
+    tally: WriterTally | None = None
+    settle_deadline = float("inf")
+    with Live(console=console, refresh_per_second=8) as live, psycopg.connect(url) as conn:
+        while True:
+            if writing.done() and tally is None:
+                tally = writing.result()
+                settle_deadline = time.monotonic() + 15
+            delivered = handler.snapshot()
+            committed = len(tally.committed) if tally else None
+            checkpoint = administration.get(conn, subscription).checkpoint
+            conn.commit()
+            live.update(_progress_table(committed, delivered, str(checkpoint)))
+            if tally and (set(delivered) >= tally.committed or time.monotonic() > settle_deadline):
+                return tally
+            time.sleep(0.125)
+
+
+def _progress_table(committed: int | None, delivered: Counter[int], checkpoint: str) -> Table:
+    table = Table(title="Live")
+    for column in ("written (committed)", "delivered", "lag", "checkpoint"):
+        table.add_column(column, justify="right")
+    shown = "writing..." if committed is None else str(committed)
+    lag = "-" if committed is None else str(committed - len(delivered))
+    table.add_row(shown, str(len(delivered)), lag, checkpoint)
+    return table
+
+
+def _summary(tally: WriterTally, handler: CountingHandler, naive_positions: list[int]) -> Table:
+    delivered = handler.snapshot()
+    table = Table(title="Every committed message")
     for column in ("reader", "committed", "read", "lost", "duplicated", "rolled back read"):
-        table.add_column(column, justify="right" if column != "reader" else "left")
-    for name, read in results.items():
-        table.add_row(name, *map(str, _score(read, tally.committed, tally.rolled_back)))
-    console.print(table)
-
-
-def _score(read: ReaderTally, committed: set[int], rolled_back: set[int]) -> tuple[int, ...]:
-    seen = set(read.positions)
-    return (
-        len(committed),
-        len(read.positions),
-        len(committed - seen),
-        len(read.positions) - len(seen),
-        len(seen & rolled_back),
-    )
+        table.add_column(column, justify="left" if column == "reader" else "right")
+    naive = set(naive_positions)
+    rows = {
+        "outbox poller daemon": (
+            sum(delivered.values()),
+            len(tally.committed - set(delivered)),
+            sum(count - 1 for count in delivered.values()),
+            len(set(delivered) & tally.rolled_back),
+        ),
+        "naive position > last": (
+            len(naive_positions),
+            len(tally.committed - naive),
+            len(naive_positions) - len(naive),
+            len(naive & tally.rolled_back),
+        ),
+    }
+    for name, (read, lost, duplicated, rolled_back) in rows.items():
+        table.add_row(
+            name, str(len(tally.committed)), str(read), str(lost), str(duplicated), str(rolled_back)
+        )
+    return table

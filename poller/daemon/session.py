@@ -19,6 +19,7 @@ import psycopg
 
 from outbox.queries import QUERIES
 from poller.daemon.handlers import HandlerCaller
+from poller.daemon.lanes import Lanes
 from poller.daemon.leases import Lease, LeaseState
 from poller.daemon.options import DaemonOptions
 from poller.daemon.stall import Blocker, StallWatch
@@ -72,7 +73,7 @@ class LeaderSession:
             self._settings, now=time.monotonic(), start=record.checkpoint, epoch=record.epoch
         )
         self._writes: asyncio.Queue[WriteCommand] = asyncio.Queue()
-        self._deliveries: set[asyncio.Task[None]] = set()
+        self._lanes = Lanes(self._settings.max_in_flight, self._deliver, self._consumer_crashed)
         self._replaying: set[Position] = set()
         # Replays requested before this term began were for a previous leader; see README.
         self._replay_requests_seen = record.replay_requests
@@ -80,6 +81,8 @@ class LeaderSession:
         # the worker start a new one with a machine built for the new settings.
         self.restart_requested = False
         self._end_term = asyncio.Event()
+        # Set when the buffer has room for a worthwhile read (see _read_loop).
+        self._room = asyncio.Event()
         self._interval = AdaptiveInterval(
             options.poll_interval_min, options.poll_interval_max, options.hidden_recheck
         )
@@ -100,9 +103,10 @@ class LeaderSession:
             await self._finish_gracefully(reader, ticker, writer)
         finally:
             stopping.cancel()
-            for task in (*loops, *self._deliveries):
+            for task in loops:
                 task.cancel()
-            await asyncio.gather(*loops, *self._deliveries, return_exceptions=True)
+            await asyncio.gather(*loops, return_exceptions=True)
+            await self._lanes.close()
 
     async def _stopped(self) -> None:
         stop = asyncio.ensure_future(self._stop.wait())
@@ -117,8 +121,11 @@ class LeaderSession:
         publication = self._record.publication
         while True:
             want = min(self.machine.read_wanted(), self._settings.read_batch_size)
-            if want == 0:
-                await asyncio.sleep(self._options.tick_every)
+            if want < self._worthwhile_read() and self.machine.buffered_count:
+                # Reading the one slot each ack frees costs a query per message; wait until a
+                # real batch fits (acks set _room), while the buffer still feeds the consumers.
+                self._room.clear()
+                await self._room.wait()
                 continue
             epoch = self.machine.epoch
             after = self.machine.next_read_position
@@ -132,6 +139,9 @@ class LeaderSession:
             delay = self._interval.next_delay(found_messages=bool(batch), hidden_messages=hidden)
             if delay:
                 await self._waker.wait(publication, delay)
+
+    def _worthwhile_read(self) -> int:
+        return max(1, min(self._settings.read_batch_size, self._settings.buffer_size // 2))
 
     async def _watch_hidden(self, after: Position, batch: list[Message]) -> bool:
         """Are committed rows waiting behind the safe frontier? Warn if they wait too long."""
@@ -171,11 +181,12 @@ class LeaderSession:
     def _carry_out(self, commands: list[Command]) -> None:
         for command in commands:
             if isinstance(command, Deliver):
-                task = asyncio.create_task(self._deliver(command))
-                self._deliveries.add(task)
-                task.add_done_callback(self._deliveries.discard)
+                self._lanes.push(command)
             else:
                 self._writes.put_nowait(command)
+
+    def _consumer_crashed(self, consumer: int) -> None:
+        self._carry_out(self.machine.consumer_died(consumer, time.monotonic()))
 
     async def _deliver(self, command: Deliver) -> None:
         message: Message = command.envelope.payload  # type: ignore[assignment]
@@ -197,6 +208,8 @@ class LeaderSession:
         else:
             outcome = self.machine.acked(delivery, time.monotonic())
         self._carry_out(outcome)
+        if self.machine.read_wanted() >= self._worthwhile_read() or not self.machine.buffered_count:
+            self._room.set()
 
     # Writing ------------------------------------------------------------------------------
 
@@ -321,8 +334,11 @@ class LeaderSession:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
-        if self._deliveries:
-            await asyncio.wait(set(self._deliveries), timeout=self._options.shutdown_timeout)
+        if not await self._lanes.wait_idle(self._options.shutdown_timeout):
+            log.warning(
+                "handlers still running after %.0f s; stopping without them",
+                self._options.shutdown_timeout,
+            )
         ticker.cancel()
         await asyncio.wait(
             {asyncio.ensure_future(self._writes.join()), writer},

@@ -1,0 +1,230 @@
+"""The daemon against the raw query: drain rate of a backlog, and commit-to-handler latency."""
+
+import asyncio
+import statistics
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+import outbox
+from bench.common import Measurement
+from outbox.queries import QUERIES
+from poller import administration
+from poller.daemon.options import DaemonOptions
+from poller.daemon.runner import run_daemon
+from poller.message import Message
+from poller.positions import START, Position
+from poller.reader import read_batch
+
+TITLE = "Poller: drain rate and commit-to-handler latency (daemon vs the raw query)"
+BATCH = 500
+
+
+def run(database_url: str, quick: bool) -> list[Measurement]:
+    backlog = 20_000 if quick else 1_000_000
+    seconds = 1.0 if quick else 8.0
+    return drain(database_url, backlog) + latency(database_url, seconds)
+
+
+def fill(database_url: str, publication: str, count: int) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO outbox.messages (publication_id, message_id, message_type, data)"
+            " SELECT %s, n::text, 'Drained', jsonb_build_object('n', n, 'pad', repeat('x', 100))"
+            " FROM generate_series(1, %s) AS n",
+            (publication, count),
+        )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE outbox.messages")
+
+
+def raw_read_rate(database_url: str, publication: str, count: int) -> float:
+    """Page through with the named query alone: the ceiling for any poller."""
+    started = time.perf_counter()
+    seen = 0
+    after = START
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        while seen < count:
+            rows = conn.execute(
+                QUERIES["read_batch"],
+                {
+                    "publication": publication,
+                    "after_transaction_id": str(after.transaction_id),
+                    "after_position": after.position,
+                    "limit": BATCH,
+                },
+            ).fetchall()
+            seen += len(rows)
+            after = Position(rows[-1][1], rows[-1][0])
+    return count / (time.perf_counter() - started)
+
+
+class Countdown:
+    def __init__(self, target: int) -> None:
+        self.remaining = target
+        self.done = threading.Event()
+        self.first_at: float | None = None
+
+    async def __call__(self, message: Message) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.done.set()
+
+
+def daemon_drain_rate(
+    database_url: str, publication: str, count: int, settings: dict[str, Any]
+) -> float:
+    name = f"drain-{len(settings)}-{time.monotonic_ns()}"
+    with psycopg.connect(database_url) as conn:
+        administration.create(conn, name, publication, "start", settings)
+    handler = Countdown(count)
+    started = time.perf_counter()
+    with daemon_thread(database_url, name, handler):
+        if not handler.done.wait(timeout=600):
+            raise RuntimeError(f"the daemon drained only {count - handler.remaining} of {count}")
+        elapsed = time.perf_counter() - started
+    return count / elapsed
+
+
+def drain(database_url: str, count: int) -> list[Measurement]:
+    fill(database_url, "drain", count)
+    group = f"drain {count:,} messages"
+    raw = raw_read_rate(database_url, "drain", count)
+    default = daemon_drain_rate(database_url, "drain", count, {})
+    wide = daemon_drain_rate(
+        database_url,
+        "drain",
+        count,
+        {"max_in_flight": 100, "read_batch_size": 1000, "buffer_size": 5000},
+    )
+    return [
+        Measurement(group, "raw read_batch query", raw, "msg/s", note="pages of 500, no decoding"),
+        Measurement(
+            group,
+            "daemon, defaults (1 in flight)",
+            default,
+            "msg/s",
+            "raw read_batch query",
+            note="aim >= 0.5x",
+        ),
+        Measurement(group, "daemon, 100 in flight", wide, "msg/s", "raw read_batch query"),
+    ]
+
+
+class daemon_thread:  # noqa: N801 - used as a context manager like a function
+    def __init__(self, database_url: str, subscription: str, handler: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()
+        options = DaemonOptions()
+        self._thread = threading.Thread(
+            target=self._loop.run_until_complete,
+            args=(run_daemon(database_url, [subscription], handler, options, self._stop),),
+            daemon=True,
+        )
+
+    def __enter__(self) -> None:
+        self._thread.start()
+
+    def __exit__(self, *_: object) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=60)
+
+
+class LatencyRecorder:
+    def __init__(self) -> None:
+        self.handled_at: dict[str, float] = {}
+
+    async def __call__(self, message: Message) -> None:
+        self.handled_at[message.message_id] = time.perf_counter()
+
+
+def write_steadily(
+    database_url: str, publication: str, seconds: float, notify: bool
+) -> dict[str, float]:
+    """~500 messages/s, one per transaction; returns commit time by message id."""
+    committed: dict[str, float] = {}
+    interval = 1 / 500
+    deadline = time.perf_counter() + seconds
+    next_at = time.perf_counter()
+    with psycopg.connect(database_url) as conn:
+        n = 0
+        while time.perf_counter() < deadline:
+            message_id = f"{publication}-{n}"
+            outbox.append(
+                conn, publication, "Timed", {"n": n}, message_id=message_id, notify=notify
+            )
+            conn.commit()
+            committed[message_id] = time.perf_counter()
+            n += 1
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+    return committed
+
+
+def percentiles(latencies: list[float]) -> tuple[float, float, float]:
+    cuts = statistics.quantiles(latencies, n=100)
+    return cuts[49] * 1000, cuts[94] * 1000, cuts[98] * 1000
+
+
+def daemon_latency(database_url: str, seconds: float, notify: bool) -> tuple[float, float, float]:
+    publication = f"latency-{'notify' if notify else 'poll'}"
+    with psycopg.connect(database_url) as conn:
+        administration.create(conn, publication, publication, "end", {})
+    recorder = LatencyRecorder()
+    with daemon_thread(database_url, publication, recorder):
+        time.sleep(0.5)
+        committed = write_steadily(database_url, publication, seconds, notify)
+        time.sleep(0.5)
+    return percentiles(
+        [recorder.handled_at[k] - t for k, t in committed.items() if k in recorder.handled_at]
+    )
+
+
+def raw_poll_latency(database_url: str, seconds: float) -> tuple[float, float, float]:
+    """A bare loop running the query every 1 ms: the floor for polling."""
+    publication = "latency-raw"
+    seen: dict[str, float] = {}
+    stop = threading.Event()
+
+    def poll() -> None:
+        after = START
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            while not stop.is_set():
+                for message in read_batch(conn, publication, after, BATCH):
+                    seen[message.message_id] = time.perf_counter()
+                    after = message.at
+                time.sleep(0.001)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    committed = write_steadily(database_url, publication, seconds, notify=False)
+    time.sleep(0.3)
+    stop.set()
+    poller.join()
+    return percentiles([seen[k] - t for k, t in committed.items() if k in seen])
+
+
+def latency(database_url: str, seconds: float) -> list[Measurement]:
+    variants = {
+        "raw query every 1 ms": raw_poll_latency(database_url, seconds),
+        "daemon, adaptive polling (default)": daemon_latency(database_url, seconds, notify=False),
+        "daemon, writers notify=True": daemon_latency(database_url, seconds, notify=True),
+    }
+    measurements = []
+    for quantile, index, aim in (
+        ("p50", 0, "aim < 3 ms"),
+        ("p95", 1, ""),
+        ("p99", 2, "aim < 15 ms"),
+    ):
+        group = f"latency {quantile} at ~500 msg/s"
+        for variant, values in variants.items():
+            baseline = None if variant.startswith("raw") else "raw query every 1 ms"
+            note = aim if variant.startswith("daemon, adaptive") else ""
+            measurements.append(
+                Measurement(
+                    group, variant, values[index], "ms", baseline, note, higher_is_better=False
+                )
+            )
+    return measurements
