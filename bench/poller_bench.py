@@ -65,9 +65,8 @@ class Countdown:
     def __init__(self, target: int) -> None:
         self.remaining = target
         self.done = threading.Event()
-        self.first_at: float | None = None
 
-    async def __call__(self, message: Message) -> None:
+    async def __call__(self, _message: Message) -> None:
         self.remaining -= 1
         if self.remaining == 0:
             self.done.set()
