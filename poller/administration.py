@@ -100,8 +100,15 @@ def seek(conn: psycopg.Connection[Any], name: str, to: str) -> tuple[Position, i
 
 
 def request_replay(conn: psycopg.Connection[Any], name: str) -> None:
-    if conn.execute(QUERIES["request_replay"], {"subscription": name}).fetchone() is None:
-        raise SubscriptionError(f"subscription {name!r} does not exist")
+    """A running leader re-delivers the parked messages; the request is for that leader, so
+    without one it would wait unseen (a new leader starts from the stored request count)."""
+    get(conn, name)
+    alive = conn.execute(QUERIES["leader_alive"], {"subscription": name}).fetchone()
+    if not alive or not alive[0]:
+        raise SubscriptionError(
+            f"no daemon leads {name!r}: start `outbox poll --subscription {name}` first"
+        )
+    conn.execute(QUERIES["request_replay"], {"subscription": name})
 
 
 def list_parked(conn: psycopg.Connection[Any], name: str, limit: int) -> list[tuple[Any, ...]]:

@@ -229,3 +229,8 @@ ORDER BY m.transaction_id, m.position
 -- Asks the subscription's leader to re-deliver its parked messages.
 UPDATE outbox.subscriptions SET replay_requests = replay_requests + 1, updated_at = clock_timestamp()
 WHERE subscription_id = %(subscription)s RETURNING replay_requests
+
+-- leader_alive --
+-- Whether a daemon currently holds the subscription's lease.
+SELECT coalesce(bool_or(expires_at > clock_timestamp()), false)
+FROM outbox.subscription_leaders WHERE subscription_id = %(subscription)s

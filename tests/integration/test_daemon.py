@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import pytest
 
 import outbox
 from poller import administration
@@ -174,3 +175,12 @@ def test_two_subscriptions_in_one_process_each_get_their_publication(database_ur
         for p in ("orders", "payments")
     }
     assert by_publication == {"orders": orders, "payments": payments}
+
+
+def test_a_replay_without_a_running_daemon_is_refused_by_name(database_url: str) -> None:
+    subscribe(database_url)
+    with (
+        psycopg.connect(database_url) as conn,
+        pytest.raises(administration.SubscriptionError, match="no daemon leads 'sub'"),
+    ):
+        administration.request_replay(conn, "sub")
