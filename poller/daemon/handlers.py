@@ -16,6 +16,10 @@ class HandlerNotFoundError(ValueError):
     """The --handler value does not name an importable callable."""
 
 
+class DeliverySuperseded(Exception):  # noqa: N818 - an event the session handles, not a bug
+    """The delivery no longer counted when its handler was due to start (a seek): not called."""
+
+
 def load_handler(spec: str) -> Handler:
     module_name, separator, attribute = spec.partition(":")
     if not separator or not module_name or not attribute:
@@ -48,18 +52,28 @@ class HandlerCaller:
         )
         self._pool = None if self._is_async else ThreadPoolExecutor(threads, "outbox-handler")
 
-    async def __call__(self, message: Message) -> None:
+    async def __call__(self, message: Message, wanted: Callable[[], bool] | None = None) -> None:
+        """`wanted()` is asked right before the handler starts, on its thread: a delivery that
+        waited for a free thread may have been sought away meanwhile."""
         if self._pool is None:
-            result = self._handler(message)
+            result = _call_if_wanted(self._handler, message, wanted)
         else:
             loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self._pool, self._handler, message)
+            result = await loop.run_in_executor(
+                self._pool, _call_if_wanted, self._handler, message, wanted
+            )
         if inspect.isawaitable(result):
             await _awaited(result)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _call_if_wanted(handler: Handler, message: Message, wanted: Callable[[], bool] | None) -> Any:
+    if wanted is not None and not wanted():
+        raise DeliverySuperseded(message)
+    return handler(message)
 
 
 async def _awaited(result: Awaitable[Any]) -> None:

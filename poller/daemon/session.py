@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from outbox.queries import QUERIES
-from poller.daemon.handlers import HandlerCaller
+from poller.daemon.handlers import DeliverySuperseded, HandlerCaller
 from poller.daemon.lanes import Lanes
 from poller.daemon.leases import Lease, LeaseState
 from poller.daemon.options import DaemonOptions
@@ -111,9 +111,11 @@ class LeaderSession:
     async def _stopped(self) -> None:
         stop = asyncio.ensure_future(self._stop.wait())
         end = asyncio.ensure_future(self._end_term.wait())
-        await asyncio.wait({stop, end}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        end.cancel()
+        try:
+            await asyncio.wait({stop, end}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when cancelled (a term lost to an error): no pending waiters leak
+            stop.cancel()
+            end.cancel()
 
     # Reading ------------------------------------------------------------------------------
 
@@ -193,8 +195,14 @@ class LeaderSession:
         if message.delivery_attempt != command.attempt:
             message = message.with_attempt(command.attempt)
         delivery = command.delivery_id
+
+        def wanted() -> bool:  # on the handler's thread, right before it starts
+            return command.replayed or command.epoch == self.machine.epoch
+
         try:
-            await self._caller(message)
+            await self._caller(message, wanted)
+        except DeliverySuperseded:  # sought away while it waited for a thread: frees the key
+            outcome = self.machine.failed(delivery, "sought away", time.monotonic())
         except RetryMessage:
             outcome = self.machine.requested_retry(delivery, time.monotonic())
         except ParkMessage as request:
@@ -259,8 +267,20 @@ class LeaderSession:
             },
         )
         if await cursor.fetchone() is None:
-            # Fenced out, or the epoch moved under us (a seek): a renewal tells which.
+            # Fenced out, or the epoch moved under us (a seek): a renewal tells which, and
+            # raises or applies the seek (whose own checkpoint write then follows).
+            epoch = self.machine.epoch
             await self._renew()
+            if self.machine.epoch == epoch:
+                log.error(
+                    "subscription %s: checkpoint %s refused although this process leads epoch"
+                    " %s; the stored checkpoint is ahead of it. Restarting the term.",
+                    self._record.subscription_id,
+                    position,
+                    epoch,
+                )
+                self.restart_requested = True
+                self._end_term.set()
             return
         self._carry_out(self.machine.checkpoint_written(position, time.monotonic()))
 

@@ -1,0 +1,420 @@
+"""The subscription state machine: events in, commands out. No I/O, no clock, no threads."""
+
+import collections
+from collections.abc import Sequence
+
+from poller.positions import START, Position
+from poller.subscription.checkpoint_batching import CheckpointBatcher
+from poller.subscription.commands import Command, Deliver, Park, ReplayDone, WriteCheckpoint
+from poller.subscription.consumers import ConsumerPool
+from poller.subscription.envelope import Envelope
+from poller.subscription.key_queues import KeyQueues
+from poller.subscription.ledger import Ledger
+from poller.subscription.retry_timer import RetryTimer
+from poller.subscription.settings import Strategy, SubscriptionSettings
+from poller.subscription.tracking import Delivery, MessageState, TrackedMessage
+
+_QUEUED = MessageState.QUEUED
+_IN_FLIGHT = MessageState.IN_FLIGHT
+
+
+class SubscriptionMachine:
+    """Every delivery decision of one subscription (see the package docstring).
+
+    Each event method takes `now` (seconds, monotonic; an earlier `now` than one already
+    seen counts as the latest seen), first fires the timeouts and retries due by then, and
+    returns the commands that became possible, in the order the daemon must carry them out.
+    """
+
+    def __init__(
+        self,
+        settings: SubscriptionSettings,
+        *,
+        now: float,
+        start: Position = START,
+        epoch: int = 0,
+        first_delivery_id: int = 1,
+    ) -> None:
+        self._settings = settings
+        self._pinned = settings.strategy is Strategy.PINNED
+        self._now = now
+        self._epoch = epoch
+        self._next_delivery_id = first_delivery_id
+        self._ledger: Ledger[TrackedMessage] = Ledger(start)
+        self._checkpoints = CheckpointBatcher(settings, start, now)
+        self._pool = ConsumerPool(settings.strategy, settings.consumers, settings.max_in_flight)
+        self._keys = KeyQueues(settings.consumers)
+        self._retries = RetryTimer()
+        # Insertion order is deadline order (one timeout, `now` never goes back), so timeouts
+        # are found at the front and an ack removes its delivery in O(1).
+        self._in_flight: collections.OrderedDict[int, Delivery] = collections.OrderedDict()
+        self._stream_in_flight = 0
+        # Messages any consumer may take (every strategy but pinned, and keyless messages
+        # under pinned), in the order they go: replays, then due retries, then fresh reads.
+        self._free_replays: collections.deque[TrackedMessage] = collections.deque()
+        self._due_retries: collections.deque[TrackedMessage] = collections.deque()
+        self._fresh: collections.deque[TrackedMessage] = collections.deque()
+        self._parking: dict[Position, list[TrackedMessage]] = {}
+        self._replay_sequence = 0
+        self._touched: set[str] = set()
+        """Pinned keys changed by this event, re-examined before dispatching."""
+        self._dirty: set[int] = set()
+        """Pinned consumers that gained room or a ready key during this event."""
+
+    # Views -------------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> SubscriptionSettings:
+        return self._settings
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def consumers(self) -> int:
+        return self._pool.count
+
+    @property
+    def checkpoint(self) -> Position:
+        """The greatest read position with every message at or below it finished."""
+        return self._ledger.checkpoint
+
+    @property
+    def written_checkpoint(self) -> Position:
+        return self._checkpoints.written
+
+    @property
+    def next_read_position(self) -> Position:
+        """The daemon's next keyset read returns rows after this position."""
+        return self._ledger.next_read_position
+
+    @property
+    def buffered_count(self) -> int:
+        """Unfinished stream messages not in flight: queued, backing off or parking."""
+        return len(self._ledger) - self._stream_in_flight
+
+    def read_wanted(self) -> int:
+        """How many more messages the buffer takes (the daemon caps it at read_batch_size)."""
+        return max(0, self._settings.buffer_size - self.buffered_count)
+
+    @property
+    def in_flight_by_consumer(self) -> dict[int, int]:
+        return self._pool.loads()
+
+    @property
+    def retry_queue_length(self) -> int:
+        """Messages backing off before their next attempt."""
+        return self._retries.waiting()
+
+    @property
+    def draining_keys(self) -> frozenset[str]:
+        """Pinned keys still in flight on a consumer that no longer owns them."""
+        return self._keys.draining()
+
+    # Events ------------------------------------------------------------------------------
+
+    def messages_read(self, envelopes: Sequence[Envelope], epoch: int, now: float) -> list[Command]:
+        """Messages from one keyset read, ascending and after next_read_position."""
+        if epoch != self._epoch:
+            if epoch > self._epoch:
+                raise ValueError(f"read epoch {epoch} is ahead of the current epoch {self._epoch}")
+            # PIP-84: a read that began before a seek must not deliver anything after it.
+            return []
+        self._ledger.validate_batch([envelope.position for envelope in envelopes])
+        out = self._begin(now)
+        for envelope in envelopes:
+            position = envelope.position
+            message = TrackedMessage(
+                envelope, False, (1, position.transaction_id, position.position)
+            )
+            self._ledger.add(position, message)
+            key = envelope.partition_key
+            if self._pinned and key is not None:
+                self._keys.add_stream(message, key)
+                self._touched.add(key)
+            else:
+                self._fresh.append(message)
+        return self._settle(out)
+
+    def acked(self, delivery_id: int, now: float) -> list[Command]:
+        """The handler succeeded. A late or stale ack frees its consumer (and key), no more."""
+        out = self._begin(now)
+        message = self._end_delivery(delivery_id)
+        if message is not None:
+            self._complete(message, out)
+        return self._settle(out)
+
+    def failed(self, delivery_id: int, error: str, now: float) -> list[Command]:
+        """The handler failed: retry after the backoff, or park after max_retry_count."""
+        out = self._begin(now)
+        message = self._end_delivery(delivery_id)
+        if message is not None:
+            self._fail(message, error, out)
+        return self._settle(out)
+
+    def requested_retry(self, delivery_id: int, now: float) -> list[Command]:
+        """The handler asked for a retry; it counts as an attempt, so it cannot loop forever."""
+        return self.failed(delivery_id, "retry requested by the handler", now)
+
+    def requested_park(self, delivery_id: int, reason: str, now: float) -> list[Command]:
+        out = self._begin(now)
+        message = self._end_delivery(delivery_id)
+        if message is not None:
+            self._park(message, reason, out)
+        return self._settle(out)
+
+    def requested_skip(self, delivery_id: int, now: float) -> list[Command]:
+        """The handler chose to drop the message: it is finished, like an ack."""
+        return self.acked(delivery_id, now)
+
+    def tick(self, now: float) -> list[Command]:
+        """Time passed: timeouts, due retries, the checkpoint's time rule."""
+        return self._settle(self._begin(now))
+
+    def consumer_count_changed(self, consumers: int, now: float) -> list[Command]:
+        """Consumers are now 0..consumers-1; deliveries on removed ones run to their end."""
+        if consumers < 1:
+            raise ValueError(f"consumers must be >= 1, got {consumers!r}")
+        out = self._begin(now)
+        self._pool.set_count(consumers)
+        if self._pinned:
+            self._touched.update(self._keys.set_consumers(consumers))
+            self._dirty.update(range(consumers))
+        return self._settle(out)
+
+    def consumer_died(self, consumer: int, now: float) -> list[Command]:
+        """Its deliveries failed (their handlers are gone); the slot stays and gets new work."""
+        out = self._begin(now)
+        ids = [d.delivery_id for d in self._in_flight.values() if d.consumer == consumer]
+        for delivery_id in ids:
+            message = self._end_delivery(delivery_id)
+            if message is not None:
+                self._fail(message, f"consumer {consumer} died", out)
+        return self._settle(out)
+
+    def seek(self, to: Position, new_epoch: int, now: float) -> list[Command]:
+        """Drop this epoch's stream and resume reading after `to`, which becomes the checkpoint.
+
+        Deliveries in flight stay tracked for their consumer and key until they end (Pulsar
+        #25627), but their outcomes no longer count (PIP-84 consumer epoch).
+        """
+        if new_epoch <= self._epoch:
+            raise ValueError(
+                f"seek epoch {new_epoch} must be greater than the current epoch {self._epoch}"
+            )
+        out = self._begin(now)
+        for message in self._ledger.items():
+            message.state = MessageState.DROPPED
+        self._ledger.reset(to)
+        self._epoch = new_epoch
+        self._stream_in_flight = 0
+        self._due_retries.clear()
+        self._fresh.clear()
+        self._parking = {
+            position: replays
+            for position, waiting in self._parking.items()
+            if (replays := [message for message in waiting if message.replayed])
+        }
+        if self._pinned:
+            self._touched.update(self._keys.drop_stream())
+        write = self._checkpoints.restart(to, self._now)
+        if write is not None:
+            out.append(write)
+        return self._settle(out)
+
+    def parked(self, position: Position, now: float) -> list[Command]:
+        """The parked row for `position` is durable: every Park waiting on it is finished."""
+        out = self._begin(now)
+        for message in self._parking.pop(position, ()):
+            if message.state is MessageState.PARKING:
+                message.state = MessageState.DONE
+                if not message.replayed:
+                    self._finish_stream(message)
+                self._touch(message)
+        return self._settle(out)
+
+    def replay(self, envelopes: Sequence[Envelope], now: float) -> list[Command]:
+        """Parked messages to deliver again, ahead of the stream; they never touch the
+        checkpoint. Under pinned they wait only for their key to be out of flight.
+        """
+        out = self._begin(now)
+        for envelope in envelopes:
+            self._replay_sequence += 1
+            self._queue(TrackedMessage(envelope, True, (0, self._replay_sequence, 0)))
+        return self._settle(out)
+
+    def admin_skip(self, position: Position, now: float) -> list[Command]:
+        """Finish an unfinished stream message without delivering it (again).
+
+        If it is in flight, its consumer and key stay occupied until that delivery ends.
+        Unknown or finished positions are ignored, so the operation can be retried.
+        """
+        out = self._begin(now)
+        message = self._ledger.get(position)
+        if message is not None:
+            if message.state is _IN_FLIGHT:
+                self._stream_in_flight -= 1
+            message.state = MessageState.DONE
+            self._finish_stream(message)
+            self._touch(message)
+        return self._settle(out)
+
+    def checkpoint_written(self, position: Position, now: float) -> list[Command]:
+        """A WriteCheckpoint is stored; the next one may be emitted."""
+        out = self._begin(now)
+        self._checkpoints.confirm(position)
+        return self._settle(out)
+
+    def final_checkpoint(self) -> WriteCheckpoint | None:
+        """At shutdown: the checkpoint to write regardless of the batching rules, if any."""
+        return self._checkpoints.force(self._ledger.checkpoint, self._now)
+
+    # Internals ---------------------------------------------------------------------------
+
+    def _begin(self, now: float) -> list[Command]:
+        out: list[Command] = []
+        self._now = now = max(now, self._now)
+        in_flight = self._in_flight
+        while in_flight:
+            delivery = next(iter(in_flight.values()))
+            if delivery.deadline > now:
+                break
+            message = self._end_delivery(delivery.delivery_id)
+            if message is not None:
+                self._fail(message, f"timed out after {self._settings.message_timeout}s", out)
+        for message in self._retries.pop_due(now):
+            self._queue(message)
+        return out
+
+    def _settle(self, out: list[Command]) -> list[Command]:
+        self._dispatch(out)
+        write = self._checkpoints.due(self._ledger.checkpoint, self._now)
+        if write is not None:
+            out.append(write)
+        return out
+
+    def _dispatch(self, out: list[Command]) -> None:
+        if self._touched:
+            for key in self._touched:
+                owner = self._keys.refresh(key)
+                if owner is not None:
+                    self._dirty.add(owner)
+            self._touched.clear()
+        self._drain(self._free_replays, out)
+        if self._dirty:
+            for consumer in sorted(self._dirty):
+                while self._pool.has_capacity(consumer):
+                    ready = self._keys.pop_ready(consumer)
+                    if ready is None:
+                        break
+                    self._deliver(ready[0], consumer, out)
+            self._dirty.clear()
+        self._drain(self._due_retries, out)
+        self._drain(self._fresh, out)
+
+    def _drain(self, queue: collections.deque[TrackedMessage], out: list[Command]) -> None:
+        while queue:
+            message = queue[0]
+            if message.state is not _QUEUED:  # finished by an admin skip meanwhile
+                queue.popleft()
+                continue
+            consumer = self._pool.pick()
+            if consumer is None:
+                return
+            queue.popleft()
+            self._deliver(message, consumer, out)
+
+    def _deliver(self, message: TrackedMessage, consumer: int, out: list[Command]) -> None:
+        delivery_id = self._next_delivery_id
+        self._next_delivery_id += 1
+        message.state = _IN_FLIGHT
+        message.attempts += 1
+        if not message.replayed:
+            self._stream_in_flight += 1
+        deadline = self._now + self._settings.message_timeout
+        self._in_flight[delivery_id] = Delivery(delivery_id, consumer, message, deadline)
+        self._pool.take(consumer)
+        key = self._pinned_key(message)
+        if key is not None:
+            self._keys.occupy(key, delivery_id, consumer)
+        out.append(
+            Deliver(
+                consumer,
+                message.envelope,
+                message.attempts,
+                self._epoch,
+                delivery_id,
+                message.replayed,
+            )
+        )
+
+    def _end_delivery(self, delivery_id: int) -> TrackedMessage | None:
+        """Free the delivery's consumer and key; its message if its outcome still counts.
+
+        Unknown ids (already ended: timed out, failed, consumer died) and stale deliveries
+        (seek, admin skip) return None, so a late ack never finishes a message that is being
+        retried or moves the checkpoint. The caller moves a returned message out of IN_FLIGHT.
+        """
+        delivery = self._in_flight.pop(delivery_id, None)
+        if delivery is None:
+            return None
+        if self._pool.release(delivery.consumer) and self._pinned:
+            self._dirty.add(delivery.consumer)
+        message = delivery.message
+        key = self._pinned_key(message)
+        if key is not None:
+            self._keys.release(key, delivery_id)
+            self._touched.add(key)
+        if not delivery.is_current:
+            return None
+        if not message.replayed:
+            self._stream_in_flight -= 1
+        return message
+
+    def _complete(self, message: TrackedMessage, out: list[Command]) -> None:
+        message.state = MessageState.DONE
+        if message.replayed:
+            out.append(ReplayDone(message.envelope.position))
+        else:
+            self._finish_stream(message)
+        self._touch(message)
+
+    def _fail(self, message: TrackedMessage, error: str, out: list[Command]) -> None:
+        limit = self._settings.max_retry_count
+        if message.attempts >= limit:
+            self._park(message, f"{error} (attempt {message.attempts} of {limit})", out)
+            return
+        self._retries.schedule(message, self._now + self._settings.retry_delay(message.attempts))
+        self._touch(message)
+
+    def _park(self, message: TrackedMessage, reason: str, out: list[Command]) -> None:
+        message.state = MessageState.PARKING
+        self._parking.setdefault(message.envelope.position, []).append(message)
+        out.append(Park(message.envelope, message.attempts, reason, message.replayed))
+        self._touch(message)
+
+    def _queue(self, message: TrackedMessage) -> None:
+        """Queue a due retry or a new replay where its strategy takes it from."""
+        message.state = _QUEUED
+        key = self._pinned_key(message)
+        if key is not None:
+            if message.replayed:
+                self._keys.add_replay(message, key)
+            self._touched.add(key)
+        elif message.replayed:
+            self._free_replays.append(message)
+        else:
+            self._due_retries.append(message)
+
+    def _finish_stream(self, message: TrackedMessage) -> None:
+        self._ledger.finish(message.envelope.position)
+        self._checkpoints.count_finished()
+
+    def _touch(self, message: TrackedMessage) -> None:
+        key = self._pinned_key(message)
+        if key is not None:
+            self._touched.add(key)
+
+    def _pinned_key(self, message: TrackedMessage) -> str | None:
+        return message.envelope.partition_key if self._pinned else None
