@@ -28,13 +28,16 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
     return drain(database_url, backlog) + latency(database_url, seconds)
 
 
-def fill(database_url: str, publication: str, count: int) -> None:
+def fill(database_url: str, publication: str, count: int, keys: int = 0) -> None:
+    """A backlog in one statement; with `keys`, messages cycle through that many partition keys."""
     with psycopg.connect(database_url) as conn:
         conn.execute(
-            "INSERT INTO outbox.messages (publication_id, message_id, message_type, data)"
-            " SELECT %s, n::text, 'Drained', jsonb_build_object('n', n, 'pad', repeat('x', 100))"
+            "INSERT INTO outbox.messages"
+            " (publication_id, message_id, message_type, partition_key, data)"
+            " SELECT %s, n::text, 'Drained', CASE WHEN %s > 0 THEN 'key-' || n %% %s END,"
+            " jsonb_build_object('n', n, 'pad', repeat('x', 100))"
             " FROM generate_series(1, %s) AS n",
-            (publication, count),
+            (publication, keys, max(keys, 1), count),
         )
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE outbox.messages")
