@@ -3,6 +3,7 @@
 import asyncio
 import importlib
 import inspect
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -51,6 +52,10 @@ class HandlerCaller:
             getattr(handler, "__call__", None)  # noqa: B004 - callable objects with async __call__
         )
         self._pool = None if self._is_async else ThreadPoolExecutor(threads, "outbox-handler")
+        # Handlers running on threads outlive a cancelled term; a new term waits for them so a
+        # key is never handled twice at once within this process.
+        self._running = 0
+        self._running_lock = threading.Lock()
 
     async def __call__(self, message: Message, wanted: Callable[[], bool] | None = None) -> None:
         """`wanted()` is asked right before the handler starts, on its thread: a delivery that
@@ -59,11 +64,27 @@ class HandlerCaller:
             result = _call_if_wanted(self._handler, message, wanted)
         else:
             loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(
-                self._pool, _call_if_wanted, self._handler, message, wanted
-            )
+            result = await loop.run_in_executor(self._pool, self._counted, message, wanted)
         if inspect.isawaitable(result):
             await _awaited(result)
+
+    def _counted(self, message: Message, wanted: Callable[[], bool] | None) -> Any:
+        with self._running_lock:
+            self._running += 1
+        try:
+            return _call_if_wanted(self._handler, message, wanted)
+        finally:
+            with self._running_lock:
+                self._running -= 1
+
+    async def wait_quiet(self, timeout: float) -> bool:
+        """Wait until no handler thread runs; False if some still do after `timeout`."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self._running:
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
 
     def close(self) -> None:
         if self._pool is not None:

@@ -27,14 +27,18 @@ async def run_daemon(
             loop.add_signal_handler(signal_number, stop.set)
     waker = Waker()
     listener = asyncio.create_task(waker.listen(database_url), name="listen")
-    caller = HandlerCaller(handler, options.handler_threads)
+    # A caller (and thread pool) per subscription: one subscription's slow handlers neither
+    # starve another's threads nor hold back its next leadership term.
+    callers = [HandlerCaller(handler, options.handler_threads) for _ in subscriptions]
     workers = [
-        SubscriptionWorker(database_url, name, caller, options, waker) for name in subscriptions
+        SubscriptionWorker(database_url, name, caller, options, waker)
+        for name, caller in zip(subscriptions, callers, strict=True)
     ]
     try:
         await asyncio.gather(*(worker.run(stop) for worker in workers))
     finally:
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
-        caller.close()
+        for caller in callers:
+            caller.close()
     log.info("poller stopped")

@@ -62,6 +62,12 @@ class SubscriptionWorker:
                 log.warning("lost leadership of %s; standing by", self._subscription_id)
             except psycopg.OperationalError as error:
                 log.warning("connection lost while leading %s: %s", self._subscription_id, error)
+            if not await self._caller.wait_quiet(self._options.shutdown_timeout):
+                log.warning(
+                    "%s: handlers of the last term still run after %.0f s; going on",
+                    self._subscription_id,
+                    self._options.shutdown_timeout,
+                )
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         async for attempt in AsyncRetrying(

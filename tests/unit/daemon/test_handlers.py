@@ -74,3 +74,21 @@ def test_data_is_decoded_only_when_asked() -> None:
     with pytest.raises(orjson.JSONDecodeError):
         _ = message.data
     assert a_message().data == {"a": 1}
+
+
+async def test_a_handler_thread_outliving_its_cancelled_delivery_is_waited_for() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def blocking(_message: Message) -> None:
+        started.set()
+        release.wait(5)
+
+    caller = HandlerCaller(blocking, 2)
+    delivery = asyncio.ensure_future(caller(a_message()))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+    delivery.cancel()  # the term ended; the thread runs on
+    assert not await caller.wait_quiet(0.1)
+    release.set()
+    assert await caller.wait_quiet(5)
+    caller.close()
