@@ -1,0 +1,118 @@
+"""The poller daemon as a process, without faults: order under out-of-order commits, and a
+long transaction that holds delivery back (stall warning, `outbox status`)."""
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from poller.demo.workload import WorkloadShape, run_writers
+from poller.positions import START
+from tests.acceptance.cli import outbox_command
+from tests.support.daemons import (
+    DaemonGroup,
+    append_committed,
+    create_handled_table,
+    create_subscription,
+    daemon_group,
+    handled_positions,
+    handled_rows,
+    stored_checkpoint,
+    wait_for_all_handled,
+    wait_until,
+)
+
+
+@pytest.fixture
+def daemons(database_url: str, tmp_path: Path) -> Iterator[DaemonGroup]:
+    create_handled_table(database_url)
+    with daemon_group(database_url, tmp_path) as group:
+        yield group
+
+
+def test_out_of_order_writers_are_each_delivered_once_in_commit_safe_order(
+    database_url: str, daemons: DaemonGroup
+) -> None:
+    created = outbox_command(
+        ["subscription", "create", "orders", "--publication", "demo", "--from", "start"],
+        database_url,
+    )
+    assert created.returncode == 0, created.stderr
+    daemon = daemons.start("orders")
+    assert daemon.leading_from("orders") == START
+
+    # 16 writers, 400 transactions committing in random order, 15 % rolled back.
+    tally = run_writers(database_url, "demo", WorkloadShape())
+    assert tally.committed
+    assert tally.rolled_back
+
+    wait_for_all_handled(database_url, tally.committed)
+    assert daemon.terminate() == 0, daemons.logs()
+    assert not daemon.errors(), daemons.logs()
+
+    rows = handled_rows(database_url)
+    positions = [row.position for row in rows]
+    assert len(positions) == len(set(positions)), "a message was delivered twice without a fault"
+    assert set(positions) == tally.committed
+    assert not set(positions) & tally.rolled_back
+    # One consumer, one message in flight: strictly (transaction_id, position) order...
+    delivered = [row.at for row in rows]
+    assert delivered == sorted(delivered)
+    # ...which is not position order: transactions interleaved their inserts.
+    assert positions != sorted(positions)
+    assert {row.pid for row in rows} == {daemon.pid}
+    # The graceful stop wrote the final checkpoint: the last message, nothing in flight.
+    assert stored_checkpoint(database_url, "orders") == delivered[-1]
+
+
+def test_a_long_transaction_holds_delivery_back_and_is_named(
+    database_url: str, daemons: DaemonGroup
+) -> None:
+    create_subscription(database_url, "sub", "pub")
+    daemon = daemons.start("sub", "--stall-threshold", "1")
+    daemon.leading_from("sub")
+    earlier = set(append_committed(database_url, "pub", 5))
+    wait_until(lambda: handled_positions(database_url) >= earlier, 30, "the first messages")
+
+    # A transaction that took an xid and wrote nothing to the outbox, then idles.
+    with psycopg.connect(database_url, application_name="long-transaction") as blocker:
+        blocker.execute("SELECT pg_current_xact_id()")
+        blocker_pid = blocker.info.backend_pid
+        later = set(append_committed(database_url, "pub", 20))
+
+        def stall_warning() -> re.Match[str] | None:
+            assert not handled_positions(database_url) & later, "delivered past a running xid"
+            return re.search(
+                r"WARNING poller\.daemon\.session: subscription sub: committed messages have"
+                r" waited .*held back by: (.*)",
+                daemon.log(),
+            )
+
+        warning = wait_until(stall_warning, 30, "the stall warning")
+        assert re.search(rf"session pid {blocker_pid} \(", warning[1]), warning[0]
+        assert "application 'long-transaction'" in warning[1]
+        assert not handled_positions(database_url) & later
+
+        status = outbox_command(["status"], database_url)
+        assert status.returncode == 0, status.stderr
+        assert "blocked by" in status.stdout
+        assert re.search(rf"session {blocker_pid}\b", status.stdout), status.stdout
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute(
+                "SELECT blocked_by_pids FROM outbox.subscription_status"
+                " WHERE subscription_id = 'sub'"
+            ).fetchone()
+        assert row is not None
+        assert blocker_pid in row[0]
+        assert not handled_positions(database_url) & later, "delivered past an open transaction"
+
+        blocker.commit()
+        committed_at = time.monotonic()
+        wait_until(lambda: handled_positions(database_url) >= later, 30, "delivery to resume")
+        resumed_after = time.monotonic() - committed_at
+    assert resumed_after < 3, f"delivery resumed {resumed_after:.2f} s after the commit"
+    rows = handled_rows(database_url)
+    assert sorted(row.position for row in rows) == sorted(earlier | later)

@@ -1,0 +1,52 @@
+"""A handler for the daemon tests: every delivery becomes a row of the table `handled`.
+
+The daemon under test loads it with `--handler tests.support.recording_handler:record`. Each
+call inserts (position, transaction_id, pid, clock_timestamp()) into `handled`, in the same
+database (OUTBOX_DATABASE_URL), on its own autocommit connection: the row is durable before
+the handler returns, so it is there even when the daemon is killed a moment later. `handled`
+has no primary key, so a message delivered twice shows up twice. The test creates the table
+(tests.support.daemons.create_handled_table).
+"""
+
+import os
+import random
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from poller.message import Message
+
+# Not `outbox-poller:...`: tests terminate the daemon's own sessions by that prefix, and this
+# connection must survive them.
+APPLICATION_NAME = "outbox-test-handler"
+
+INSERT = (
+    "INSERT INTO handled (position, transaction_id, pid, handled_at)"
+    " VALUES (%s, %s, %s, clock_timestamp())"
+)
+
+_local = threading.local()
+
+
+def _connection() -> psycopg.Connection[Any]:
+    """This thread's connection, opened on first use and again after it broke."""
+    conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
+    if conn is None or conn.closed:
+        conn = psycopg.connect(
+            os.environ["OUTBOX_DATABASE_URL"], autocommit=True, application_name=APPLICATION_NAME
+        )
+        _local.conn = conn
+    return conn
+
+
+def record(message: Message) -> None:
+    """Record the delivery; a failure raises, so the daemon retries the message."""
+    _connection().execute(INSERT, (message.position, message.transaction_id, os.getpid()))
+
+
+def record_slowly(message: Message) -> None:
+    """Like `record`, after 2 to 6 ms of work: widens the windows in which faults land."""
+    time.sleep(random.uniform(0.002, 0.006))
+    record(message)
