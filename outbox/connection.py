@@ -5,19 +5,25 @@ must use the psycopg driver, because the queries use psycopg's %(name)s placehol
 handed to the driver unchanged (`exec_driver_sql`).
 """
 
+from __future__ import annotations
+
 from collections.abc import Mapping
-from typing import Any, LiteralString
+from typing import TYPE_CHECKING, Any, LiteralString, TypeAlias
 
 import psycopg
-from sqlalchemy import Connection as AlchemyConnection
-from sqlalchemy.ext.asyncio import AsyncConnection as AlchemyAsyncConnection
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import Session
 
 from outbox.errors import UnsupportedConnectionError
 
-SyncConnection = psycopg.Connection[Any] | AlchemyConnection | Session
-AsyncConnection = psycopg.AsyncConnection[Any] | AlchemyAsyncConnection | AsyncSession
+if TYPE_CHECKING:
+    # SQLAlchemy is imported only when a SQLAlchemy connection shows up: applications (and the
+    # poller daemon) that use psycopg alone do not pay for importing it.
+    from sqlalchemy import Connection as AlchemyConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as AlchemyAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
+
+SyncConnection: TypeAlias = "psycopg.Connection[Any] | AlchemyConnection | Session"
+AsyncConnection: TypeAlias = "psycopg.AsyncConnection[Any] | AlchemyAsyncConnection | AsyncSession"
 Rows = list[tuple[Any, ...]]
 
 
@@ -33,6 +39,9 @@ def fetch_all(conn: SyncConnection, query: LiteralString, params: Mapping[str, A
         with conn.cursor() as cursor:
             cursor.execute(query, params)
             return cursor.fetchall() if cursor.description else []
+    from sqlalchemy import Connection as AlchemyConnection
+    from sqlalchemy.orm import Session
+
     if isinstance(conn, Session):
         conn = conn.connection()
     if isinstance(conn, AlchemyConnection):
@@ -49,6 +58,9 @@ async def fetch_all_async(
         async with conn.cursor() as cursor:
             await cursor.execute(query, params)
             return await cursor.fetchall() if cursor.description else []
+    from sqlalchemy.ext.asyncio import AsyncConnection as AlchemyAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncSession
+
     if isinstance(conn, AsyncSession):
         conn = await conn.connection()
     if isinstance(conn, AlchemyAsyncConnection):
@@ -59,6 +71,11 @@ async def fetch_all_async(
 
 
 def _unsupported(conn: object, kind: str) -> str:
+    from sqlalchemy import Connection as AlchemyConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as AlchemyAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
+
     hint = ""
     if isinstance(conn, psycopg.AsyncConnection | AlchemyAsyncConnection | AsyncSession):
         hint = "; use the *_async functions for asynchronous connections"

@@ -3,7 +3,6 @@
 import click
 
 from poller.cli.context import CommandContext
-from poller.database import migrations
 from poller.database.urls import mask_password
 
 
@@ -13,6 +12,8 @@ from poller.database.urls import mask_password
 @click.pass_obj
 def migrate(context: CommandContext, revision: str, downgrade: bool) -> None:
     """Bring the outbox schema to a revision (idempotent)."""
+    from poller.database import migrations  # alembic costs a second to import; only here
+
     if downgrade:
         target = "base" if revision == "head" else revision
         migrations.downgrade(context.database_url, target)

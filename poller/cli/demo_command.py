@@ -14,7 +14,6 @@ from rich.table import Table
 
 from poller import administration
 from poller.cli.context import CommandContext
-from poller.database import migrations
 from poller.demo.live import CountingHandler, DaemonThread
 from poller.demo.workload import WorkloadShape, WriterTally, read_until, run_writers
 
@@ -25,6 +24,8 @@ from poller.demo.workload import WorkloadShape, WriterTally, read_until, run_wri
 @click.pass_obj
 def demo(context: CommandContext, writers: int, transactions: int) -> None:
     """Deliver out-of-order commits with the daemon, and show what a naive reader loses."""
+    from poller.database import migrations  # alembic costs a second to import; only here
+
     console = Console()
     url = context.database_url
     migrations.upgrade(url)
