@@ -6,7 +6,6 @@ consumer holds, so a slot never waits while its consumer has work queued.
 """
 
 import asyncio
-import collections
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -21,8 +20,8 @@ OnCrash = Callable[[int], None]
 class Lane:
     def __init__(self, consumer: int, slots: int, deliver: Deliverer, on_crash: OnCrash) -> None:
         self.consumer = consumer
-        self._queue: collections.deque[Deliver] = collections.deque()
-        self._ready = asyncio.Event()
+        # A queue wakes one waiting slot per message; an Event would wake them all.
+        self._queue: asyncio.Queue[Deliver] = asyncio.Queue()
         self._deliver = deliver
         self._on_crash = on_crash
         self.busy = 0
@@ -32,12 +31,11 @@ class Lane:
         ]
 
     def push(self, command: Deliver) -> None:
-        self._queue.append(command)
-        self._ready.set()
+        self._queue.put_nowait(command)
 
     @property
     def idle(self) -> bool:
-        return not self._queue and self.busy == 0
+        return self._queue.empty() and self.busy == 0
 
     def grow(self, slots: int) -> None:
         while len(self._slots) < slots:
@@ -45,11 +43,7 @@ class Lane:
 
     async def _slot(self) -> None:
         while True:
-            if not self._queue:
-                self._ready.clear()
-                await self._ready.wait()
-                continue
-            command = self._queue.popleft()
+            command = await self._queue.get()
             self.busy += 1
             try:
                 await self._deliver(command)

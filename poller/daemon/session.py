@@ -53,6 +53,7 @@ class LeaderSession:
     def __init__(
         self,
         conn: psycopg.AsyncConnection[Any],
+        read_conn: psycopg.AsyncConnection[Any],
         record: SubscriptionRecord,
         lease: Lease,
         caller: HandlerCaller,
@@ -60,7 +61,10 @@ class LeaderSession:
         waker: Waker,
         stop: asyncio.Event,
     ) -> None:
+        # Reads get their own connection: a checkpoint commit (an fsync) or a lease renewal on
+        # the shared one would otherwise hold the next read back and show in the latency tail.
         self._conn = conn
+        self._read_conn = read_conn
         self._record = record
         self._lease = lease
         self._caller = caller
@@ -131,7 +135,7 @@ class LeaderSession:
                 continue
             epoch = self.machine.epoch
             after = self.machine.next_read_position
-            batch = await read_batch_async(self._conn, publication, after, want)
+            batch = await read_batch_async(self._read_conn, publication, after, want)
             if epoch != self.machine.epoch:
                 continue  # a seek happened during the read: these rows belong to the old epoch
             if batch:
@@ -148,7 +152,7 @@ class LeaderSession:
     async def _watch_hidden(self, after: Position, batch: list[Message]) -> bool:
         """Are committed rows waiting behind the safe frontier? Warn if they wait too long."""
         last = batch[-1].at if batch else after
-        cursor = await self._conn.execute(
+        cursor = await self._read_conn.execute(
             QUERIES["oldest_hidden_transaction"],
             {
                 "publication": self._record.publication,
@@ -164,7 +168,7 @@ class LeaderSession:
         return oldest_hidden is not None
 
     async def _warn_stalled(self, oldest_hidden: int, waited: float) -> None:
-        cursor = await self._conn.execute(
+        cursor = await self._read_conn.execute(
             QUERIES["blocking_transactions_before"], {"transaction_id": str(oldest_hidden)}
         )
         blockers = [Blocker.from_row(row) for row in await cursor.fetchall()]

@@ -52,10 +52,18 @@ class SubscriptionWorker:
                     if not await self._become_leader(conn, stop):
                         return
                     record = await self._load(conn)
-                    session = LeaderSession(
-                        conn, record, self._lease, self._caller, self._options, self._waker, stop
-                    )
-                    await session.run()
+                    async with await self._connect() as read_conn:
+                        session = LeaderSession(
+                            conn,
+                            read_conn,
+                            record,
+                            self._lease,
+                            self._caller,
+                            self._options,
+                            self._waker,
+                            stop,
+                        )
+                        await session.run()
                     if not session.restart_requested:
                         return
             except LeadershipLost:
