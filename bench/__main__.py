@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.console import Console
 from rich.table import Table
 
@@ -25,13 +25,22 @@ BENCH_DIRECTORY = Path(__file__).parent
 RESULTS_DIRECTORY = BENCH_DIRECTORY / "results"
 
 
+def drop_database(url: str) -> None:
+    name = str(conninfo_to_dict(url)["dbname"])
+    with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
 def bench_database(quick: bool) -> str:
     server = os.environ.get("OUTBOX_BENCH_DATABASE_URL")
     if not server:
         from poller.database.embedded import embedded_database_url
 
         server = embedded_database_url(BENCH_DIRECTORY.parent / ".outbox" / "bench")
-    name = "outbox_bench_quick" if quick else "outbox_bench"
+    # Quick runs come from tests, maybe several at once on one server: a name per process.
+    name = f"outbox_bench_quick_{os.getpid()}" if quick else "outbox_bench"
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
@@ -67,13 +76,16 @@ def main() -> None:
     url = bench_database(arguments.quick)
     console = Console(record=True, width=160)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
-    console.print(
-        f"outbox-poller benchmarks, {stamp}, {os.cpu_count()} cores, python {sys.version.split()[0]}"
-    )
-    for name in names:
-        module = importlib.import_module(f"bench.{name}_bench")
-        measurements = module.run(url, arguments.quick)
-        console.print(render(module.TITLE, measurements))
+    python = sys.version.split()[0]
+    console.print(f"outbox-poller benchmarks, {stamp}, {os.cpu_count()} cores, python {python}")
+    try:
+        for name in names:
+            module = importlib.import_module(f"bench.{name}_bench")
+            measurements = module.run(url, arguments.quick)
+            console.print(render(module.TITLE, measurements))
+    finally:
+        if arguments.quick:
+            drop_database(url)
     if not arguments.quick:
         RESULTS_DIRECTORY.mkdir(exist_ok=True)
         text = console.export_text()

@@ -36,6 +36,9 @@ class EncodedMessage:
     partition_key: str | None
     data: str
     headers: str
+    # True when the caller gave no message_id: a fresh UUID cannot collide, so the insert
+    # needs no ON CONFLICT probe of the unique index.
+    generated_id: bool
 
 
 def check_name(field: str, value: object) -> str:
@@ -62,6 +65,7 @@ def encode_message(
 ) -> EncodedMessage:
     """Validate and encode one message; `field_prefix` locates it inside a batch."""
     message_type = check_name(f"{field_prefix}message_type", message.message_type)
+    generated_id = message.message_id is None
     message_id = (
         str(uuid.uuid4())
         if message.message_id is None
@@ -72,13 +76,15 @@ def encode_message(
         if message.partition_key is None
         else check_name(f"{field_prefix}partition_key", message.partition_key)
     )
-    headers_value: Mapping[str, Any] = {} if message.headers is None else message.headers
-    if not isinstance(headers_value, Mapping):
+    if message.headers is None:
+        headers = "{}"
+    elif isinstance(message.headers, Mapping):
+        headers = encode_json(f"{field_prefix}headers", dict(message.headers), default)
+    else:
         raise InvalidMessageError(
-            f"{field_prefix}headers", headers_value, "must be a mapping of names to JSON values"
+            f"{field_prefix}headers", message.headers, "must be a mapping of names to JSON values"
         )
     data = encode_json(f"{field_prefix}data", message.data, default)
-    headers = encode_json(f"{field_prefix}headers", dict(headers_value), default)
     size = len(data.encode()) + len(headers.encode())
     if size > max_payload_bytes:
         raise InvalidMessageError(
@@ -87,4 +93,4 @@ def encode_message(
             f"data and headers take {size} bytes; the limit is {max_payload_bytes}"
             " (OUTBOX_MAX_PAYLOAD_BYTES)",
         )
-    return EncodedMessage(message_id, message_type, partition_key, data, headers)
+    return EncodedMessage(message_id, message_type, partition_key, data, headers, generated_id)

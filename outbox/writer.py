@@ -101,8 +101,14 @@ def _plan(
             row[0] for row in (yield _append_one(publication, encoded[0]))
         ]
         positions = positions or [None]
+    elif all(message.generated_id for message in encoded):
+        # RETURNING order is not promised by SQL; the generated ids are unique, so map by them.
+        by_id: dict[str, int] = dict(
+            (yield _append_batch("append_new_messages", publication, encoded))
+        )
+        positions = [by_id[message.message_id] for message in encoded]
     else:
-        rows = yield _append_batch(publication, encoded)
+        rows = yield _append_batch("append_messages", publication, encoded)
         positions = [row[1] for row in rows]
     missing = [
         message.message_id for message, at in zip(encoded, positions, strict=True) if at is None
@@ -137,7 +143,8 @@ def _encode_all(
 
 
 def _append_one(publication: str, message: EncodedMessage) -> Step:
-    return QUERIES["append_message"], {
+    query = QUERIES["append_new_message" if message.generated_id else "append_message"]
+    return query, {
         "publication": publication,
         "message_id": message.message_id,
         "message_type": message.message_type,
@@ -147,8 +154,8 @@ def _append_one(publication: str, message: EncodedMessage) -> Step:
     }
 
 
-def _append_batch(publication: str, encoded: list[EncodedMessage]) -> Step:
-    return QUERIES["append_messages"], {
+def _append_batch(name: str, publication: str, encoded: list[EncodedMessage]) -> Step:
+    return QUERIES[name], {
         "publication": publication,
         "message_ids": [m.message_id for m in encoded],
         "message_types": [m.message_type for m in encoded],

@@ -18,6 +18,26 @@ SELECT position FROM outbox.messages
 WHERE publication_id = %(publication)s AND message_id = %(message_id)s
   AND NOT EXISTS (SELECT FROM inserted)
 
+-- append_new_message --
+-- Appends one message whose id was just generated (a fresh UUID cannot collide, so no conflict check).
+INSERT INTO outbox.messages
+    (publication_id, message_id, message_type, partition_key, data, headers)
+VALUES
+    (%(publication)s, %(message_id)s, %(message_type)s, %(partition_key)s,
+     %(data)s::jsonb, %(headers)s::jsonb)
+RETURNING position
+
+-- append_new_messages --
+-- Appends a batch whose ids were all just generated; returns (message_id, position) per row.
+INSERT INTO outbox.messages
+    (publication_id, message_id, message_type, partition_key, data, headers)
+SELECT %(publication)s, message_id, message_type, partition_key, data::jsonb, headers::jsonb
+FROM unnest(%(message_ids)s::text[], %(message_types)s::text[], %(partition_keys)s::text[],
+            %(datas)s::text[], %(headers)s::text[])
+     WITH ORDINALITY AS t(message_id, message_type, partition_key, data, headers, ordinal)
+ORDER BY ordinal
+RETURNING message_id, position
+
 -- append_messages --
 -- Appends a batch in one statement; returns (ordinal, position) for every input row, existing positions for repeated ids.
 WITH input AS (
