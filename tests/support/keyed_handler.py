@@ -20,11 +20,12 @@ import os
 import random
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import psycopg
 
 from poller.message import Message
+from tests.support.recording_handler import thread_connection as _connection
 
 # Not `outbox-poller:...`: tests terminate the daemon's own sessions by that prefix.
 APPLICATION_NAME = "outbox-test-keyed-handler"
@@ -95,20 +96,6 @@ def read_deliveries(url: str) -> list[Delivery]:
             " delivery_attempt, started_at, finished_at, outcome FROM deliveries ORDER BY id"
         ).fetchall()
     return [Delivery(*row) for row in rows]
-
-
-_local = threading.local()
-
-
-def _connection() -> psycopg.Connection[Any]:
-    """This thread's connection, opened on first use and again after it broke."""
-    conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
-    if conn is None or conn.closed:
-        conn = psycopg.connect(
-            os.environ["OUTBOX_DATABASE_URL"], autocommit=True, application_name=APPLICATION_NAME
-        )
-        _local.conn = conn
-    return conn
 
 
 def _handle(message: Message, work_seconds: float) -> None:

@@ -30,8 +30,8 @@ INSERT = (
 _local = threading.local()
 
 
-def _connection() -> psycopg.Connection[Any]:
-    """This thread's connection, opened on first use and again after it broke."""
+def thread_connection() -> psycopg.Connection[Any]:
+    """This thread's connection for handlers, opened on first use and again after it broke."""
     conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
     if conn is None or conn.closed:
         conn = psycopg.connect(
@@ -43,7 +43,7 @@ def _connection() -> psycopg.Connection[Any]:
 
 def record(message: Message) -> None:
     """Record the delivery; a failure raises, so the daemon retries the message."""
-    _connection().execute(INSERT, (message.position, message.transaction_id, os.getpid()))
+    thread_connection().execute(INSERT, (message.position, message.transaction_id, os.getpid()))
 
 
 def record_slowly(message: Message) -> None:
