@@ -15,40 +15,56 @@ ORDER BY m.transaction_id DESC, m.position DESC
 LIMIT 1
 
 -- pipeline_batch_end --
--- The last of at most %(limit)s rows after a start and below the safe frontier, chosen in one statement so the batch is final.
-SELECT c.transaction_id::text::bigint AS transaction_id, c.position
+-- The %(limit)s-th safe row after a start, or the last safe row if fewer are ready; one statement, one snapshot, so the batch is final and holds at most %(limit)s rows.
+SELECT candidate.transaction_id::text::bigint AS transaction_id, candidate.position
 FROM (
+    (SELECT m.transaction_id, m.position, 1 AS preference
+     FROM outbox.messages AS m
+     WHERE m.publication_id = %(publication)s
+       AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+       AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+     ORDER BY m.transaction_id, m.position
+     OFFSET %(limit)s - 1
+     LIMIT 1)
+    UNION ALL
+    (SELECT m.transaction_id, m.position, 2 AS preference
+     FROM outbox.messages AS m
+     WHERE m.publication_id = %(publication)s
+       AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+       AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+     ORDER BY m.transaction_id DESC, m.position DESC
+     LIMIT 1)
+) AS candidate
+ORDER BY candidate.preference
+LIMIT 1
+
+-- pipeline_split_points --
+-- The rows that cut (after, until] into %(slices)s slices of equal row counts: a count, then one index probe per cut, with no sort or spill.
+WITH batch AS (
+    SELECT count(*) AS total
+    FROM outbox.messages AS m
+    WHERE m.publication_id = %(publication)s
+      AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+      AND (m.transaction_id, m.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
+)
+SELECT DISTINCT cut.transaction_id::text::bigint AS transaction_id, cut.position
+FROM batch, generate_series(1, %(slices)s - 1) AS s(slice),
+LATERAL (
     SELECT m.transaction_id, m.position
     FROM outbox.messages AS m
     WHERE m.publication_id = %(publication)s
       AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
-      AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+      AND (m.transaction_id, m.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
     ORDER BY m.transaction_id, m.position
-    LIMIT %(limit)s
-) AS c
-ORDER BY c.transaction_id DESC, c.position DESC
-LIMIT 1
-
--- pipeline_slice_ends --
--- The last row of each of %(slices)s slices of (after, until] holding as many rows as each other (ntile), in delivery order.
-SELECT t.transaction_id::text::bigint AS transaction_id, t.position
-FROM (
-    SELECT n.transaction_id, n.position, n.slice,
-           lead(n.slice) OVER (ORDER BY n.transaction_id, n.position) AS next_slice
-    FROM (
-        SELECT m.transaction_id, m.position,
-               ntile(%(slices)s) OVER (ORDER BY m.transaction_id, m.position) AS slice
-        FROM outbox.messages AS m
-        WHERE m.publication_id = %(publication)s
-          AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
-          AND (m.transaction_id, m.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
-    ) AS n
-) AS t
-WHERE t.next_slice IS DISTINCT FROM t.slice
-ORDER BY t.transaction_id, t.position
+    OFFSET s.slice * batch.total / %(slices)s - 1
+    LIMIT 1
+) AS cut
+WHERE s.slice * batch.total / %(slices)s >= 1
+-- Both output columns are bigint here, so this sorts numerically.
+ORDER BY transaction_id, position
 
 -- pipeline_read_slice --
--- Every row of (after, until] in delivery order; until was chosen below the safe frontier, so no row can still appear in the range.
+-- Every row of (after, until]; until was chosen below the safe frontier, so no row can still appear in the range. No ORDER BY: Spark needs none within a task, and the planner may then scan without sorting.
 SELECT m.position,
        m.transaction_id::text::bigint AS transaction_id,
        m.publication_id AS publication, m.message_id, m.message_type, m.partition_key,
@@ -57,10 +73,9 @@ FROM outbox.messages AS m
 WHERE m.publication_id = {publication}
   AND (m.transaction_id, m.position) > ({after_transaction_id}::text::xid8, {after_position}::bigint)
   AND (m.transaction_id, m.position) <= ({until_transaction_id}::text::xid8, {until_position}::bigint)
-ORDER BY m.transaction_id, m.position
 
 -- pipeline_read_key_bucket --
--- The rows of (after, until] whose partition key hashes to one bucket (keyless rows spread by position), in delivery order.
+-- The rows of (after, until] whose partition key hashes to one bucket (keyless rows spread by position), in delivery order, which partitionBy=key promises per key.
 SELECT m.position,
        m.transaction_id::text::bigint AS transaction_id,
        m.publication_id AS publication, m.message_id, m.message_type, m.partition_key,

@@ -8,6 +8,7 @@ from poller.cli.context import CommandContext
 from poller.cli.database_commands import db, migrate
 from poller.cli.demo_command import demo
 from poller.cli.poll_commands import poll, status
+from poller.cli.spark_command import spark
 from poller.cli.subscription_commands import parked, seek, subscription
 from poller.database.urls import PasswordMaskingFilter
 from poller.settings import poller_settings
@@ -30,7 +31,7 @@ def cli(context: click.Context, log_level: str | None) -> None:
 cli.add_command(migrate)
 cli.add_command(db)
 cli.add_command(demo)
-for command in (subscription, poll, status, seek, parked):
+for command in (subscription, poll, status, seek, parked, spark):
     cli.add_command(command)
 
 

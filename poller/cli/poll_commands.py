@@ -64,7 +64,11 @@ def poll(
     with psycopg.connect(url) as conn:
         try:
             for name in names:
-                administration.get(conn, name)
+                if administration.get(conn, name).stored_settings.get("kind") == "spark":
+                    raise click.ClickException(
+                        f"subscription {name!r} records a Spark query's progress;"
+                        " the Spark job reads it, not `outbox poll`"
+                    )
         except administration.SubscriptionError as error:
             raise click.ClickException(str(error)) from None
     asyncio.run(run_daemon(url, names, handler, options))

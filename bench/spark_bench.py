@@ -1,0 +1,185 @@
+"""Spark reading a publication: the outbox source against Spark's own JDBC batch read.
+
+Both read the same columns of the same rows into Spark's noop sink on local[2], best of a few
+runs after a warm-up. The source runs as a streaming query with Trigger.AvailableNow (its
+batch-end and split-point queries included); JDBC is a batch read split on `position`, with
+a fetch size so the driver streams instead of buffering each partition. The JDBC row needs
+Debian's libpostgresql-jdbc-java (/usr/share/java/postgresql.jar) and a TCP server; it is
+skipped otherwise, and nothing is downloaded.
+"""
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from bench.common import Measurement
+
+if TYPE_CHECKING:  # pyspark is imported only when this benchmark runs
+    from pyspark.sql import SparkSession
+
+TITLE = "Spark: reading a publication into a noop sink (local[2])"
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+PUBLICATION = "spark-bench"
+# The source takes the URL (with its password) from the environment of each executor.
+URL_ENVIRONMENT_VARIABLE = "OUTBOX_BENCH_SPARK_URL"
+JDBC_VARIANT = "(a) Spark JDBC batch read"
+SOURCE_VARIANTS = (
+    ("(b) outbox source, ADBC binary COPY", {"copyDriver": "adbc"}),
+    ("(c) outbox source, psycopg CSV COPY", {"copyDriver": "psycopg"}),
+    ("(d) outbox source, partitionBy=key", {"partitionBy": "key"}),
+)
+PARTITIONS = 2
+
+# The columns of the source's pipeline_read_slice query, for JDBC to read the same values.
+JDBC_TABLE = sql.SQL(
+    "(SELECT position, transaction_id::text::bigint AS transaction_id,"
+    " publication_id AS publication, message_id, message_type, partition_key,"
+    " data::text AS data, headers::text AS headers, scheduled"
+    " FROM outbox.messages WHERE publication_id = {}) AS m"
+).format(sql.Literal(PUBLICATION))
+
+
+def run(database_url: str, quick: bool) -> list[Measurement]:
+    rows = 20_000 if quick else 1_000_000
+    repeats = 1 if quick else 3
+    insert_messages(database_url, rows)
+    os.environ[URL_ENVIRONMENT_VARIABLE] = database_url  # before Spark copies the environment
+    jdbc_url, skip_reason = jdbc_location(database_url)
+
+    from pipeline.session import outbox_session
+
+    config = {
+        "spark.sql.shuffle.partitions": str(PARTITIONS),
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if skip_reason is None:
+        config["spark.jars"] = str(JDBC_JAR)
+    spark = outbox_session("local[2]", app_name="outbox-spark-bench", config=config)
+    spark.sparkContext.setLogLevel("ERROR")
+    group = f"{rows:,} messages"
+    baseline = JDBC_VARIANT if skip_reason is None else None
+    measurements: list[Measurement] = []
+    try:
+        if jdbc_url is not None:
+            seconds, _ = best_of(repeats, partial(read_with_jdbc, spark, jdbc_url, database_url))
+            measurements.append(Measurement(group, JDBC_VARIANT, rows / seconds, "rows/s"))
+        else:
+            print(f"skipping {JDBC_VARIANT}: {skip_reason}")
+        for variant, options in SOURCE_VARIANTS:
+            seconds, trigger_seconds = best_of(repeats, partial(read_with_source, spark, options))
+            note = f"numPartitions={PARTITIONS}; {seconds - trigger_seconds:.1f} s outside the read"
+            measurements.append(
+                Measurement(group, variant, rows / seconds, "rows/s", baseline, note=note)
+            )
+            if variant == SOURCE_VARIANTS[0][0]:
+                measurements.append(
+                    Measurement(
+                        group,
+                        "(b') the same, the trigger that read the rows",
+                        rows / trigger_seconds,
+                        "rows/s",
+                        baseline,
+                        note="a running query's rate: start-up and shutdown left out",
+                    )
+                )
+    finally:
+        spark.stop()
+    return measurements
+
+
+def insert_messages(database_url: str, rows: int) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO outbox.messages"
+            " (publication_id, message_id, message_type, partition_key, data)"
+            " SELECT %s, 'message-' || n, 'OrderPlaced', 'customer-' || (n %% 1000),"
+            " jsonb_build_object('order_id', n, 'amount', (n %% 997) * 1.25,"
+            " 'note', 'a typical short payload')"
+            " FROM generate_series(1, %s) AS n",
+            [PUBLICATION, rows],
+        )
+        # Both readers then find the visibility map set and the planner's statistics fresh.
+        conn.execute("VACUUM ANALYZE outbox.messages")
+
+
+def jdbc_location(database_url: str) -> tuple[str | None, str | None]:
+    """The JDBC URL, or why the JDBC row cannot run here."""
+    if not JDBC_JAR.exists():
+        return None, f"{JDBC_JAR} is absent (apt-get install libpostgresql-jdbc-java)"
+    parts = conninfo_to_dict(database_url)
+    host = str(parts.get("host") or "")
+    if not host or host.startswith("/"):
+        return None, "the server listens on a Unix socket only; JDBC needs TCP"
+    return f"jdbc:postgresql://{host}:{parts.get('port') or 5432}/{parts['dbname']}", None
+
+
+def read_with_jdbc(spark: "SparkSession", jdbc_url: str, database_url: str) -> None:
+    parts = conninfo_to_dict(database_url)
+    with psycopg.connect(database_url) as conn:
+        bounds = conn.execute(
+            "SELECT min(position), max(position) FROM outbox.messages WHERE publication_id = %s",
+            [PUBLICATION],
+        ).fetchone()
+    assert bounds is not None
+    (
+        spark.read.format("jdbc")
+        .option("url", jdbc_url)
+        .option("driver", "org.postgresql.Driver")
+        .option("user", str(parts.get("user", "")))
+        .option("password", str(parts.get("password", "")))
+        .option("dbtable", JDBC_TABLE.as_string(None))
+        .option("partitionColumn", "position")
+        .option("lowerBound", str(bounds[0]))
+        .option("upperBound", str(bounds[1] + 1))
+        .option("numPartitions", str(PARTITIONS))
+        .option("fetchsize", "10000")
+        .load()
+        .write.format("noop")
+        .mode("overwrite")
+        .save()
+    )
+
+
+def read_with_source(spark: "SparkSession", options: dict[str, str]) -> float:
+    """Run one Trigger.AvailableNow query; the seconds of the triggers that read rows."""
+    with tempfile.TemporaryDirectory() as checkpoint:
+        query = (
+            spark.readStream.format("outbox")
+            .option("urlEnv", URL_ENVIRONMENT_VARIABLE)
+            .option("publication", PUBLICATION)
+            .option("subscription", f"bench-{time.monotonic_ns()}")
+            .option("numPartitions", str(PARTITIONS))
+            .options(**options)
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+    milliseconds = sum(
+        progress["durationMs"]["triggerExecution"]
+        for progress in query.recentProgress
+        if progress["numInputRows"]
+    )
+    return float(milliseconds) / 1000
+
+
+def best_of(repeats: int, read: Callable[[], float | None]) -> tuple[float, float]:
+    """The fastest run's wall seconds, and the smallest value `read` itself reported."""
+    read()  # warm-up: JIT, Python workers, the table in shared buffers
+    walls, reported = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        value = read()
+        walls.append(time.perf_counter() - started)
+        reported.append(walls[-1] if value is None else value)
+    return min(walls), min(reported)

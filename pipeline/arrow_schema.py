@@ -1,0 +1,42 @@
+"""The columns of the outbox source, as Spark declares them and as Arrow must deliver them.
+
+Spark compares every Arrow batch a Python source yields with the schema it derives from the
+declared one (`to_arrow_schema(schema, timezone="UTC")`) and refuses any difference: a
+`large_string`, a timestamp without its UTC zone, or a nullable column declared NOT NULL.
+Both schemas are built from one list so they cannot drift.
+"""
+
+import pyarrow as pa
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+# name, Spark type, Arrow type, nullable: the columns of the pipeline_read_* queries, in order.
+_COLUMNS = (
+    ("position", LongType(), pa.int64(), False),
+    ("transaction_id", LongType(), pa.int64(), False),
+    ("publication", StringType(), pa.string(), False),
+    ("message_id", StringType(), pa.string(), False),
+    ("message_type", StringType(), pa.string(), False),
+    ("partition_key", StringType(), pa.string(), True),
+    ("data", StringType(), pa.string(), False),
+    ("headers", StringType(), pa.string(), False),
+    ("scheduled", TimestampType(), pa.timestamp("us", tz="UTC"), False),
+)
+
+SPARK_SCHEMA = StructType(
+    [StructField(name, spark_type, nullable) for name, spark_type, _, nullable in _COLUMNS]
+)
+ARROW_SCHEMA = pa.schema(
+    [pa.field(name, arrow_type, nullable) for name, _, arrow_type, nullable in _COLUMNS]
+)
+COLUMN_NAMES = tuple(name for name, *_ in _COLUMNS)
+
+
+def conform(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Relabel a batch read from PostgreSQL with the declared schema (no copy).
+
+    Drivers report every column nullable and attach their own field metadata, so only names
+    and types must already match; from_arrays would not check the types itself.
+    """
+    if batch.schema.names != ARROW_SCHEMA.names or batch.schema.types != ARROW_SCHEMA.types:
+        raise TypeError(f"the read returned {batch.schema}, not the declared {ARROW_SCHEMA}")
+    return pa.RecordBatch.from_arrays(batch.columns, schema=ARROW_SCHEMA)

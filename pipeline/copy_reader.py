@@ -1,0 +1,127 @@
+"""Reading one slice of a batch into Arrow record batches, on an executor.
+
+COPY is the fastest way out of PostgreSQL, and COPY takes no bind parameters, so the slice's
+bounds are rendered into the statement as literals (psycopg.sql.Literal, never formatting).
+The ADBC driver runs it as binary COPY and builds Arrow in C++; when it is not installed (or
+`copyDriver=psycopg`), psycopg streams COPY as CSV and pyarrow parses it in C++, so no row
+ever becomes a Python object either way.
+"""
+
+import importlib.util
+from collections.abc import Generator
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+from psycopg import sql
+
+from pipeline.arrow_schema import ARROW_SCHEMA, COLUMN_NAMES, conform
+from pipeline.csv_chunks import whole_row_pieces
+from pipeline.options import CopyDriver
+from pipeline.partitions import Slice
+from pipeline.queries import pipeline_queries
+
+APPLICATION_NAME = "outbox-spark-source"
+
+
+def slice_statement(publication: str, part: Slice) -> sql.Composed:
+    """The SELECT of one slice, with its bounds as literals."""
+    values: dict[str, Any] = {
+        "publication": publication,
+        # xid8 has no cast from integers: the transaction ids go in as text.
+        "after_transaction_id": str(part.after.transaction_id),
+        "after_position": part.after.position,
+        "until_transaction_id": str(part.until.transaction_id),
+        "until_position": part.until.position,
+    }
+    if part.by_key:
+        values |= {"bucket": part.bucket, "buckets": part.buckets}
+    name = "pipeline_read_key_bucket" if part.by_key else "pipeline_read_slice"
+    return sql.SQL(pipeline_queries()[name]).format(
+        **{key: sql.Literal(value) for key, value in values.items()}
+    )
+
+
+def _chosen_driver(requested: CopyDriver) -> CopyDriver:
+    if requested is not CopyDriver.AUTO:
+        return requested
+    if importlib.util.find_spec("adbc_driver_postgresql") is not None:
+        return CopyDriver.ADBC
+    return CopyDriver.PSYCOPG
+
+
+def read_slice(
+    conninfo: str, publication: str, part: Slice, driver: CopyDriver
+) -> Generator[pa.RecordBatch, None, None]:
+    """Yield the slice's rows in the declared schema (in delivery order for a key bucket).
+
+    A generator, because Spark may close it early, and closing it must end the COPY.
+    """
+    statement = slice_statement(publication, part)
+    if _chosen_driver(driver) is CopyDriver.ADBC:
+        return _read_with_adbc(conninfo, statement)
+    return _read_with_psycopg(conninfo, statement)
+
+
+def _read_with_adbc(
+    conninfo: str, statement: sql.Composed
+) -> Generator[pa.RecordBatch, None, None]:
+    import adbc_driver_postgresql.dbapi as adbc  # optional: psycopg is the fallback
+
+    # Without a connection, as_string writes backslashes in E'...' strings, valid whatever
+    # the server's standard_conforming_strings.
+    text = statement.as_string(None)
+    connection = adbc.connect(
+        psycopg.conninfo.make_conninfo(conninfo, application_name=APPLICATION_NAME),
+        autocommit=True,
+    )
+    with connection, connection.cursor() as cursor:
+        # Without parameters the driver runs COPY (...) TO STDOUT (FORMAT binary).
+        cursor.execute(text)
+        finished = False
+        try:
+            for batch in cursor.fetch_record_batch():
+                yield conform(batch)
+            finished = True
+        finally:
+            if not finished:
+                # Spark stopped reading (a LIMIT, a cancelled task). Closing alone ends the
+                # backend only when it next sends, which a key bucket's scan, filtering out
+                # most rows, may not do for long: cancel so the server stops at once.
+                cursor.adbc_cancel()
+
+
+def _read_with_psycopg(
+    conninfo: str, statement: sql.Composed
+) -> Generator[pa.RecordBatch, None, None]:
+    with psycopg.connect(conninfo, autocommit=True, application_name=APPLICATION_NAME) as conn:
+        # CSV renders timestamptz in the session's zone and style; Arrow reads ISO with +00.
+        conn.execute("SET TimeZone TO 'UTC'")
+        conn.execute("SET DateStyle TO 'ISO'")
+        copy_statement = sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(statement)
+        # Leaving the block early (GeneratorExit) makes psycopg cancel the COPY on the server.
+        with conn.cursor() as cursor, cursor.copy(copy_statement) as copy:
+            for piece in whole_row_pieces(copy, _CSV_PIECE_BYTES):
+                table = pa_csv.read_csv(
+                    pa.BufferReader(piece),
+                    read_options=_CSV_READ_OPTIONS,
+                    parse_options=_CSV_PARSE_OPTIONS,
+                    convert_options=_CSV_CONVERT_OPTIONS,
+                )
+                for batch in table.to_batches():
+                    yield conform(batch)
+
+
+_CSV_PIECE_BYTES = 8 << 20
+_CSV_READ_OPTIONS = pa_csv.ReadOptions(column_names=list(COLUMN_NAMES))
+# Keys and ids are free text and may hold line breaks inside quotes.
+_CSV_PARSE_OPTIONS = pa_csv.ParseOptions(newlines_in_values=True)
+_CSV_CONVERT_OPTIONS = pa_csv.ConvertOptions(
+    column_types=ARROW_SCHEMA,
+    # COPY's CSV writes NULL as an empty unquoted field and '' as "", so only the unquoted
+    # empty field is a null.
+    null_values=[""],
+    strings_can_be_null=True,
+    quoted_strings_can_be_null=False,
+)

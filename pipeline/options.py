@@ -1,0 +1,191 @@
+"""The options of `spark.readStream.format("outbox")`, checked once on the driver.
+
+Options appear in query plans, logs and the Spark UI, so none may carry a password: the
+database is either a password-less `url` (libpq then takes the password from PGPASSWORD or a
+.pgpass file on each executor) or the name of an environment variable, `urlEnv`, read on each
+executor at connection time.
+"""
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Literal, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from pipeline.offsets import position_of
+from poller.database.urls import mask_password
+from poller.positions import Position
+
+DEFAULT_URL_ENVIRONMENT_VARIABLE = "OUTBOX_DATABASE_URL"
+Choice = TypeVar("Choice", bound=StrEnum)
+
+
+class OptionError(ValueError):
+    """An option is missing, unknown or malformed; the message names it (never a password)."""
+
+
+class PartitionBy(StrEnum):
+    RANGE = "range"
+    KEY = "key"
+
+
+class CopyDriver(StrEnum):
+    AUTO = "auto"
+    ADBC = "adbc"
+    PSYCOPG = "psycopg"
+
+
+StartingOffsets = Literal["earliest", "latest"] | Position
+
+
+@dataclasses.dataclass(frozen=True)
+class DatabaseLocation:
+    """Where to connect, resolved in the process that connects (driver or executor)."""
+
+    url: str | None
+    url_environment_variable: str
+
+    def conninfo(self) -> str:
+        if self.url is not None:
+            return self.url
+        value = os.environ.get(self.url_environment_variable)
+        if not value:
+            raise OptionError(
+                f"environment variable {self.url_environment_variable} (option urlEnv) is not"
+                f" set in this process (pid {os.getpid()}); set it on the driver and every"
+                " executor, or pass a password-less `url` option"
+            )
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceOptions:
+    publication: str
+    subscription: str
+    database: DatabaseLocation
+    starting_offsets: StartingOffsets = "earliest"
+    max_rows_per_batch: int | None = None
+    num_partitions: int = 1
+    partition_by: PartitionBy = PartitionBy.RANGE
+    copy_driver: CopyDriver = CopyDriver.AUTO
+
+
+# Spark hands options over case-insensitively (lower-cased); errors use the documented spelling.
+_KNOWN = {
+    name.lower(): name
+    for name in (
+        "publication",
+        "subscription",
+        "url",
+        "urlEnv",
+        "startingOffsets",
+        "maxRowsPerBatch",
+        "numPartitions",
+        "partitionBy",
+        "copyDriver",
+    )
+}
+# outbox.messages and outbox.subscriptions reject longer ids (CHECK constraints).
+_MAX_ID_LENGTH = 200
+
+
+def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
+    values = {key.lower(): value for key, value in options.items()}
+    unknown = sorted(set(values) - set(_KNOWN))
+    if unknown:
+        raise OptionError(
+            f"unknown option(s) {', '.join(unknown)}; the outbox source takes"
+            f" {', '.join(sorted(_KNOWN.values()))}"
+        )
+    num_partitions = _positive_integer(values, "numPartitions")
+    return SourceOptions(
+        publication=_identifier(values, "publication"),
+        subscription=_identifier(values, "subscription"),
+        database=_database(values),
+        starting_offsets=_starting_offsets(values.get("startingoffsets", "earliest")),
+        max_rows_per_batch=_positive_integer(values, "maxRowsPerBatch"),
+        num_partitions=1 if num_partitions is None else num_partitions,
+        partition_by=_choice(values, "partitionBy", PartitionBy, PartitionBy.RANGE),
+        copy_driver=_choice(values, "copyDriver", CopyDriver, CopyDriver.AUTO),
+    )
+
+
+def refuse_password(url: str, option: str) -> str:
+    """Return `url` if it carries no password; the error never repeats the url unmasked."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        # Not chained: libpq's parse error may quote the part of the url holding the password.
+        raise OptionError(
+            f"option {option} is not a PostgreSQL URL or conninfo string: {mask_password(url)}"
+        ) from None
+    if parts.get("password"):
+        raise OptionError(
+            f"option {option} contains a password; options are visible in plans and the Spark"
+            " UI. Leave it out and let libpq find it (PGPASSWORD or a .pgpass file on every"
+            " executor), or put the whole URL in an environment variable named by urlEnv"
+            f" (default {DEFAULT_URL_ENVIRONMENT_VARIABLE})"
+        )
+    return url
+
+
+def _identifier(values: Mapping[str, str], name: str) -> str:
+    value = values.get(name.lower())
+    if value is None:
+        raise OptionError(f"option {name} is required")
+    if not value or len(value) > _MAX_ID_LENGTH:
+        raise OptionError(f"option {name} must be 1 to {_MAX_ID_LENGTH} characters, got {value!r}")
+    return value
+
+
+def _database(values: Mapping[str, str]) -> DatabaseLocation:
+    url = values.get("url")
+    environment_variable = values.get("urlenv")
+    if url is not None and environment_variable is not None:
+        raise OptionError("options url and urlEnv exclude each other; give one")
+    if environment_variable is not None and not environment_variable.strip():
+        raise OptionError("option urlEnv must name an environment variable, got ''")
+    return DatabaseLocation(
+        url=None if url is None else refuse_password(url, "url"),
+        url_environment_variable=environment_variable or DEFAULT_URL_ENVIRONMENT_VARIABLE,
+    )
+
+
+def _starting_offsets(text: str) -> StartingOffsets:
+    if text == "earliest":
+        return "earliest"
+    if text == "latest":
+        return "latest"
+    try:
+        if text.lstrip().startswith("{"):
+            return position_of(json.loads(text))
+        return Position.parse(text)
+    except ValueError as error:  # OffsetError and malformed JSON included
+        raise OptionError(
+            f"option startingOffsets must be earliest, latest, an offset"
+            f' {{"tx": TX, "pos": POS}} or TX:POS, got {text!r} ({error})'
+        ) from None
+
+
+def _positive_integer(values: Mapping[str, str], name: str) -> int | None:
+    text = values.get(name.lower())
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise OptionError(f"option {name} must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def _choice(values: Mapping[str, str], name: str, kind: type[Choice], default: Choice) -> Choice:
+    text = values.get(name.lower())
+    if text is None:
+        return default
+    try:
+        return kind(text.lower())
+    except ValueError:
+        allowed = ", ".join(member.value for member in kind)
+        raise OptionError(f"option {name} must be one of {allowed}, got {text!r}") from None

@@ -1,0 +1,79 @@
+"""Test doubles that Spark's Python workers import by name (so they live in a module).
+
+FailingOutboxSource is the outbox source with a fault: the first read() of a slice starting
+at or after the `failAfter` position fails, once. Every slice read is logged, so a test can
+see what a replay read.
+RecordingWriter writes each row a sink task receives, in arrival order, to a file of its own.
+"""
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Row
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from pipeline.arrow_schema import SPARK_SCHEMA
+from pipeline.options import SourceOptions, parse_source_options
+from pipeline.source import OutboxDataSource, OutboxStreamReader
+from poller.positions import Position
+
+TEST_OPTIONS = ("faultdirectory", "failafter")
+
+
+class FailingOutboxSource(OutboxDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "outbox_failing_once"
+
+    def schema(self) -> StructType:
+        return SPARK_SCHEMA
+
+    def streamReader(self, schema: StructType) -> "FailingReader":  # noqa: N802, ARG002
+        options = {key: value for key, value in self.options.items() if key not in TEST_OPTIONS}
+        return FailingReader(
+            parse_source_options(options),
+            Path(self.options["faultDirectory"]),
+            Position.parse(self.options["failAfter"]),
+        )
+
+
+class FailingReader(OutboxStreamReader):
+    def __init__(self, options: SourceOptions, directory: Path, fail_after: Position) -> None:
+        super().__init__(options)
+        self.directory = directory
+        self.fail_after = fail_after
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        part = partition.value
+        with (self.directory / "reads.log").open("a") as log:
+            log.write(f"{part.after} {part.until}\n")
+        if part.after >= self.fail_after:
+            try:
+                # O_EXCL: exactly one task, in one process, fails.
+                os.close(os.open(self.directory / "failed", os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                raise RuntimeError("injected failure after the batch's offsets were logged")
+        return super().read(partition)
+
+
+class RecordingWriter:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        self.file = (self.directory / f"{epoch_id:05d}-{partition_id:03d}.jsonl").open("a")
+        return True
+
+    def process(self, row: Row) -> None:
+        record: list[Any] = [row.partition_key, row.transaction_id, row.position]
+        self.file.write(json.dumps(record) + "\n")
+
+    def close(self, error: BaseException | None) -> None:  # noqa: ARG002
+        self.file.close()

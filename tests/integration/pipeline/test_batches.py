@@ -1,0 +1,90 @@
+"""Batch ends and split points on a real PostgreSQL, without Spark."""
+
+from typing import Any
+
+import psycopg
+
+from pipeline.batches import batch_end, split_points
+from pipeline.copy_reader import read_slice
+from pipeline.options import CopyDriver
+from pipeline.partitions import range_slices
+from poller.positions import START, Position
+from tests.integration.pipeline.writes import (
+    append_committed,
+    append_in_transaction,
+    wait_until_quiet,
+)
+
+
+def read_positions(url: str, publication: str, slices: list[Any]) -> list[list[Position]]:
+    return [
+        [
+            Position(tx, pos)
+            for batch in read_slice(url, publication, part, CopyDriver.ADBC)
+            for pos, tx in zip(
+                batch.column("position").to_pylist(),
+                batch.column("transaction_id").to_pylist(),
+                strict=True,
+            )
+        ]
+        for part in slices
+    ]
+
+
+def test_a_batch_ends_below_the_oldest_running_transaction(database_url: str) -> None:
+    before = append_committed(database_url, "orders", 3)
+    wait_until_quiet(database_url)
+    with psycopg.connect(database_url) as holder:
+        (held,) = append_in_transaction(holder, "orders", 1)
+        # Commits after `held` began: a later transaction id, so held back with it.
+        after = append_committed(database_url, "orders", 2)
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            assert batch_end(conn, "orders", START, None) == before[-1]
+            assert batch_end(conn, "orders", START, 2) == before[1]
+            assert batch_end(conn, "orders", before[-1], None) is None
+        holder.commit()
+    wait_until_quiet(database_url)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert batch_end(conn, "orders", before[-1], 1) == held
+        assert batch_end(conn, "orders", START, None) == after[-1]
+        assert batch_end(conn, "orders", START, 100) == after[-1]
+        assert batch_end(conn, "invoices", START, None) is None
+
+
+def test_rolled_back_rows_never_end_a_batch(database_url: str) -> None:
+    committed = append_committed(database_url, "orders", 2)
+    with psycopg.connect(database_url) as conn:
+        append_in_transaction(conn, "orders", 3)
+        conn.rollback()
+    wait_until_quiet(database_url)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert batch_end(conn, "orders", START, None) == committed[-1]
+        assert batch_end(conn, "orders", committed[-1], 5) is None
+
+
+def test_transaction_ids_compare_as_numbers_not_text(database_url: str) -> None:
+    """A checkpoint with a 3-digit transaction id must precede rows with a 4-digit one."""
+    rows = append_committed(database_url, "orders", 2)
+    wait_until_quiet(database_url)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert rows[0].transaction_id < 10**6  # a fresh cluster; the checkpoint below is larger
+        assert batch_end(conn, "orders", Position(99, 0), None) == rows[-1]
+        assert batch_end(conn, "orders", Position(10**6, 0), None) is None
+
+
+def test_split_points_cut_a_batch_into_slices_of_equal_rows(database_url: str) -> None:
+    rows = [row for _ in range(10) for row in append_committed(database_url, "orders", 100)]
+    start = rows[99]  # a batch starting after the first transaction
+    wait_until_quiet(database_url)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        end = batch_end(conn, "orders", start, None)
+        assert end == rows[-1]
+        points = split_points(conn, "orders", start, end, 4)
+        assert split_points(conn, "orders", start, end, 1) == []
+        assert split_points(conn, "orders", rows[-3], end, 4) == [rows[-2]]  # fewer rows
+    assert len(points) == 3
+
+    slices = read_positions(database_url, "orders", range_slices(start, end, points))
+
+    assert [len(part) for part in slices] == [225, 225, 225, 225]
+    assert [row for part in slices for row in part] == rows[100:]

@@ -1,0 +1,122 @@
+"""Reading slices through COPY with both drivers, on a real PostgreSQL."""
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+
+import outbox
+from pipeline.arrow_schema import ARROW_SCHEMA
+from pipeline.copy_reader import APPLICATION_NAME, read_slice
+from pipeline.options import CopyDriver
+from pipeline.partitions import Slice, key_slices
+from poller.positions import START, Position
+from tests.integration.pipeline.writes import append_in_transaction
+
+DRIVERS = [CopyDriver.ADBC, CopyDriver.PSYCOPG]
+
+
+def read_table(url: str, publication: str, part: Slice, driver: CopyDriver) -> pa.Table:
+    return pa.Table.from_batches(list(read_slice(url, publication, part, driver)), ARROW_SCHEMA)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_awkward_text_survives_the_copy_exactly(database_url: str, driver: CopyDriver) -> None:
+    publication = "it's a \\ publication"
+    awkward = 'line\nbreak, "quoted", comma; tab\tand ünïcode ✓'
+    with psycopg.connect(database_url) as conn:
+        outbox.append_many(
+            conn,
+            publication,
+            [
+                outbox.NewMessage(
+                    "Odd", {"text": awkward}, message_id=awkward, partition_key=awkward
+                ),
+                outbox.NewMessage("Plain", {}, headers={"h": "v"}),
+            ],
+        )
+        expected = conn.execute(
+            "SELECT position, transaction_id::text::bigint, publication_id, message_id,"
+            " message_type, partition_key, data::text, headers::text, scheduled"
+            " FROM outbox.messages ORDER BY position"
+        ).fetchall()
+    part = Slice(START, Position(expected[-1][1], expected[-1][0]))
+
+    table = read_table(database_url, publication, part, driver)
+
+    assert table.schema.equals(ARROW_SCHEMA)
+    assert [tuple(row.values()) for row in table.to_pylist()] == expected
+    assert table.column("partition_key").to_pylist()[1] is None
+
+
+def interleaved_rows(database_url: str) -> list[Position]:
+    """Rows whose (transaction_id, position) order differs from their position order."""
+    rows: list[Position] = []
+    with psycopg.connect(database_url) as first, psycopg.connect(database_url) as second:
+        for n in range(3):
+            rows += append_in_transaction(first, "orders", 5, key=f"key-{n}")
+            rows += append_in_transaction(second, "orders", 5, key=f"key-{n + 1}")
+            rows += append_in_transaction(second, "orders", 2)  # keyless
+        first.commit()
+        second.commit()
+    assert sorted(rows) != sorted(rows, key=lambda row: row.position)
+    return sorted(rows)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_key_buckets_keep_each_key_in_one_bucket_in_delivery_order(
+    database_url: str, driver: CopyDriver
+) -> None:
+    rows = interleaved_rows(database_url)
+    buckets_of_key: dict[str | None, set[int]] = defaultdict(set)
+    read: list[Position] = []
+    for part in key_slices(START, rows[-1], 3):
+        table = read_table(database_url, "orders", part, driver)
+        positions = [Position(row["transaction_id"], row["position"]) for row in table.to_pylist()]
+        assert positions == sorted(positions)
+        for key in table.column("partition_key").to_pylist():
+            buckets_of_key[key].add(part.bucket)
+        read += positions
+
+    assert sorted(read) == rows
+    assert all(len(buckets) == 1 for key, buckets in buckets_of_key.items() if key is not None)
+    assert len(set().union(*buckets_of_key.values())) > 1  # the keys did spread
+
+
+def our_active_backends(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        " AND datname = current_database()",
+        [APPLICATION_NAME],
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_stopping_early_ends_the_copy_on_the_server(database_url: str, driver: CopyDriver) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO outbox.messages (publication_id, message_id, message_type, data)"
+            " SELECT 'big', n::text, 'T', jsonb_build_object('pad', repeat('x', 200))"
+            " FROM generate_series(1, 200000) AS n"
+        )
+        end = conn.execute(
+            "SELECT transaction_id::text::bigint, max(position) FROM outbox.messages"
+            " GROUP BY transaction_id"
+        ).fetchone()
+        assert end is not None
+        batches = read_slice(database_url, "big", Slice(START, Position(*end)), driver)
+        first = next(batches)
+        assert 0 < first.num_rows < 200000  # the rest is still on its way
+        assert our_active_backends(conn) == 1
+
+        batches.close()  # what Spark does when a task stops consuming
+
+        deadline = time.monotonic() + 5
+        while our_active_backends(conn) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert our_active_backends(conn) == 0

@@ -1,0 +1,116 @@
+"""The source's queries find rows through the delivery-order index, and never sort table rows
+(only the few rows a LIMIT or an aggregate has already cut), except where order is promised."""
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pipeline.copy_reader import slice_statement
+from pipeline.partitions import Slice
+from pipeline.queries import pipeline_queries
+from poller.positions import Position
+
+TRANSACTIONS, ROWS_PER_TRANSACTION = 100, 2000
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes.extend(plan_nodes(child))
+    return nodes  # the root first
+
+
+@pytest.fixture(scope="module")
+def batch() -> dict[str, Any]:
+    return {}
+
+
+@pytest.fixture(scope="module")
+def explain(database_factory: Any, batch: dict[str, Any]) -> Any:
+    url = database_factory.create()
+    conn = psycopg.connect(url, autocommit=True)
+    # Several publications, so the index is needed to find one of them, and many
+    # transactions, so a batch is a small part of the table, as it is in production.
+    for first in range(0, TRANSACTIONS * ROWS_PER_TRANSACTION, ROWS_PER_TRANSACTION):
+        conn.execute(
+            "INSERT INTO outbox.messages (publication_id, message_id, message_type, data)"
+            " SELECT 'publication-' || (n %% 20), n::text, 'T', '{}'"
+            " FROM generate_series(%s::int, %s::int) AS n",
+            [first + 1, first + ROWS_PER_TRANSACTION],
+        )
+    conn.execute("ANALYZE outbox.messages")
+    # A batch of five transactions in the middle of the table.
+    rows = conn.execute(
+        "SELECT DISTINCT transaction_id::text::bigint, max(position) OVER"
+        " (PARTITION BY transaction_id) FROM outbox.messages ORDER BY 1"
+    ).fetchall()
+    after, until = Position(*rows[50]), Position(*rows[55])
+    batch.update(
+        publication="publication-3",
+        after=after,
+        until=until,
+        after_transaction_id=str(after.transaction_id),
+        after_position=after.position,
+        until_transaction_id=str(until.transaction_id),
+        until_position=until.position,
+        limit=500,
+        slices=4,
+    )
+
+    def plan_of(
+        query: sql.Composable, parameters: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) {}").format(query), parameters).fetchone()
+        assert row is not None
+        document = row[0] if isinstance(row[0], list) else json.loads(row[0])
+        return plan_nodes(document[0]["Plan"])
+
+    yield plan_of
+    conn.close()
+    database_factory.drop(url)
+
+
+def assert_uses_the_delivery_index(nodes: list[dict[str, Any]]) -> None:
+    node_types = [node["Node Type"] for node in nodes]
+    assert "Seq Scan" not in node_types, node_types
+    scans = {node["Index Name"] for node in nodes if "Index Name" in node}
+    assert scans == {"messages_delivery_order"}, scans
+
+
+def sorts_table_rows(node: dict[str, Any], below_sort: bool = False) -> bool:
+    """A Sort with a scan of outbox.messages under it and no Limit or aggregate in between
+    that leaves a handful of rows."""
+    if below_sort and node["Node Type"] in ("Limit", "Aggregate") and node["Plan Rows"] <= 10:
+        return False
+    if below_sort and node.get("Relation Name") == "messages":
+        return True
+    below_sort = below_sort or node["Node Type"] in ("Sort", "Incremental Sort")
+    return any(sorts_table_rows(child, below_sort) for child in node.get("Plans", []))
+
+
+@pytest.mark.parametrize(
+    "name", ["pipeline_last_safe_row", "pipeline_batch_end", "pipeline_split_points"]
+)
+def test_the_driver_queries_walk_the_index_without_sorting_rows(
+    explain: Any, batch: dict[str, Any], name: str
+) -> None:
+    nodes = explain(sql.SQL(pipeline_queries()[name]), batch)
+    assert_uses_the_delivery_index(nodes)
+    assert not sorts_table_rows(nodes[0]), [node["Node Type"] for node in nodes]
+
+
+def test_a_range_slice_is_read_through_the_index_without_sorting(
+    explain: Any, batch: dict[str, Any]
+) -> None:
+    nodes = explain(slice_statement(batch["publication"], Slice(batch["after"], batch["until"])))
+    assert_uses_the_delivery_index(nodes)
+    assert not sorts_table_rows(nodes[0]), [node["Node Type"] for node in nodes]
+
+
+def test_a_key_bucket_is_read_through_the_index(explain: Any, batch: dict[str, Any]) -> None:
+    # It sorts when the planner finds that cheaper: its order is promised per key.
+    part = Slice(batch["after"], batch["until"], 1, 3)
+    assert_uses_the_delivery_index(explain(slice_statement(batch["publication"], part)))

@@ -1,0 +1,37 @@
+"""`outbox spark`: what it does before any Spark starts."""
+
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from poller.cli.context import CommandContext
+from poller.cli.spark_command import spark
+from poller.settings import PollerSettings
+
+CONTEXT = CommandContext(PollerSettings(database_url="postgresql://app@db/app"))
+
+
+def test_importing_the_command_group_imports_no_spark() -> None:
+    # `outbox --help` imports every command group; pyspark would cost seconds and a JVM check.
+    code = "import sys, poller.cli.spark_command; print('pyspark' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_jobs_are_listed() -> None:
+    result = CliRunner().invoke(spark, ["jobs"], obj=CONTEXT)
+    assert result.exit_code == 0
+    assert "message-type-counts\tpipeline.jobs.message_type_counts" in result.output
+
+
+def test_an_unknown_job_is_named_with_the_known_ones() -> None:
+    result = CliRunner().invoke(spark, ["run", "message-count"], obj=CONTEXT)
+    assert result.exit_code == 2
+    assert "no job 'message-count'; jobs: message-type-counts" in result.output
+
+
+def test_job_arguments_are_checked_by_the_job_before_spark_starts() -> None:
+    result = CliRunner().invoke(spark, ["run", "message-type-counts", "--output", "x"], obj=CONTEXT)
+    assert result.exit_code == 2
+    assert "the following arguments are required: --publication, --checkpoint" in result.output
