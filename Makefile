@@ -2,7 +2,7 @@
 UV ?= $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 PYTEST_ARGS ?=
 
-.PHONY: demo test install lint bench uv
+.PHONY: demo test test-fast install lint bench uv
 
 uv:
 	@command -v $(UV) >/dev/null 2>&1 || python3 -m pip install --user --quiet uv
@@ -21,6 +21,10 @@ lint: install
 
 test: lint
 	$(UV) run --locked pytest $(PYTEST_ARGS)
+
+# The everyday loop: no process-killing fault tests, no Spark.
+test-fast: install
+	$(UV) run --locked pytest -m "not slow and not spark" $(PYTEST_ARGS)
 
 bench: install
 	$(UV) run --locked python -m bench
