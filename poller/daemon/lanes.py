@@ -37,10 +37,6 @@ class Lane:
     def idle(self) -> bool:
         return self._queue.empty() and self.busy == 0
 
-    def grow(self, slots: int) -> None:
-        while len(self._slots) < slots:
-            self._slots.append(asyncio.create_task(self._slot()))
-
     async def _slot(self) -> None:
         while True:
             command = await self._queue.get()
