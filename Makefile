@@ -1,11 +1,12 @@
 # The two commands a fresh clone needs: `make demo` and `make test`.
-UV ?= $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+# uv on PATH, else the one pip installs (`python3 -m uv` finds it in the user or global site).
+UV ?= $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-fast install lint bench uv
 
 uv:
-	@command -v $(UV) >/dev/null 2>&1 || python3 -m pip install --user --quiet uv
+	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --user --quiet uv
 
 install: uv
 	$(UV) sync --locked --all-extras
