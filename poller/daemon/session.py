@@ -146,6 +146,10 @@ class LeaderSession:
             if delay:
                 await self._waker.wait(publication, delay)
 
+    def _wake_reader_if_room(self) -> None:
+        if self.machine.read_wanted() >= self._worthwhile_read() or not self.machine.buffered_count:
+            self._room.set()
+
     def _worthwhile_read(self) -> int:
         return max(1, min(self._settings.read_batch_size, self._settings.buffer_size // 2))
 
@@ -220,8 +224,7 @@ class LeaderSession:
         else:
             outcome = self.machine.acked(delivery, time.monotonic())
         self._carry_out(outcome)
-        if self.machine.read_wanted() >= self._worthwhile_read() or not self.machine.buffered_count:
-            self._room.set()
+        self._wake_reader_if_room()
 
     # Writing ------------------------------------------------------------------------------
 
@@ -306,6 +309,8 @@ class LeaderSession:
         while True:
             await asyncio.sleep(self._options.tick_every)
             self._carry_out(self.machine.tick(time.monotonic()))
+            # Room also appears without any handler outcome (a seek drops the buffer).
+            self._wake_reader_if_room()
             if time.monotonic() >= next_renewal:
                 await self._renew()
                 next_renewal = time.monotonic() + self._options.renew_every

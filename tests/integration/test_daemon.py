@@ -184,3 +184,31 @@ def test_a_replay_without_a_running_daemon_is_refused_by_name(database_url: str)
         pytest.raises(administration.SubscriptionError, match="no daemon leads 'sub'"),
     ):
         administration.request_replay(conn, "sub")
+
+
+def test_reading_resumes_after_a_seek_empties_a_full_stuck_buffer(database_url: str) -> None:
+    # One key, its head backing off for a long time: the buffer fills behind it and no handler
+    # runs. A seek past it all drops the buffer; nothing acks, yet reading must go on.
+    subscribe(
+        database_url,
+        strategy="pinned",
+        buffer_size=4,
+        read_batch_size=4,
+        retry_backoff_initial=60.0,
+        retry_backoff_max=60.0,
+    )
+    stuck = append(database_url, 6, partition_key="k")
+
+    def fail_stuck(message: Message) -> None:
+        if message.position in stuck:
+            raise RuntimeError("down")
+
+    recorder = Recorder(fail_stuck)
+    with running_daemon(database_url, ["sub"], recorder):
+        wait_for(lambda: recorder.positions() == [stuck[0]])
+        with psycopg.connect(database_url) as conn:
+            administration.seek(conn, "sub", "end")
+        time.sleep(1.0)  # a lease renewal brings the seek to the leader
+        fresh = append(database_url, 1, partition_key="k")[0]
+        wait_for(lambda: fresh in recorder.positions(), timeout=10)
+    assert recorder.positions() == [stuck[0], fresh]
