@@ -63,13 +63,18 @@ def test_rolled_back_rows_never_end_a_batch(database_url: str) -> None:
 
 
 def test_transaction_ids_compare_as_numbers_not_text(database_url: str) -> None:
-    """A checkpoint with a 3-digit transaction id must precede rows with a 4-digit one."""
+    """A checkpoint with fewer digits precedes the rows although it sorts after them as text;
+    one with more digits follows them although it sorts before them as text. Both are derived
+    from the rows' own transaction id, so the test holds on a cluster of any age."""
     rows = append_committed(database_url, "orders", 2)
     wait_until_quiet(database_url)
+    digits = len(str(rows[0].transaction_id))
+    # As text, "99..9" sorts after the id and "10..0" before it (for any id but 10^k or
+    # all nines), the opposite of their numeric order.
+    shorter, longer = int("9" * (digits - 1)), 10**digits
     with psycopg.connect(database_url, autocommit=True) as conn:
-        assert rows[0].transaction_id < 10**6  # a fresh cluster; the checkpoint below is larger
-        assert batch_end(conn, "orders", Position(99, 0), None) == rows[-1]
-        assert batch_end(conn, "orders", Position(10**6, 0), None) is None
+        assert batch_end(conn, "orders", Position(shorter, 0), None) == rows[-1]
+        assert batch_end(conn, "orders", Position(longer, 0), None) is None
 
 
 def test_split_points_cut_a_batch_into_slices_of_equal_rows(database_url: str) -> None:
