@@ -5,6 +5,7 @@ COPY pyproject.toml uv.lock README.md ./
 COPY outbox outbox
 COPY poller poller
 COPY pipeline pipeline
+COPY operations operations
 COPY sql sql
 COPY migrations migrations
 RUN uv sync --locked --no-dev

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.common import Measurement
-from poller.database import migrations
+from outbox import schema_migrations as migrations
 
 BENCH_DIRECTORY = Path(__file__).parent
 RESULTS_DIRECTORY = BENCH_DIRECTORY / "results"
@@ -36,7 +36,7 @@ def drop_database(url: str) -> None:
 def bench_database(quick: bool) -> str:
     server = os.environ.get("OUTBOX_BENCH_DATABASE_URL")
     if not server:
-        from poller.database.embedded import embedded_database_url
+        from operations.embedded_server import embedded_database_url
 
         server = embedded_database_url(BENCH_DIRECTORY.parent / ".outbox" / "bench")
     # Quick runs come from tests, maybe several at once on one server: a name per process.

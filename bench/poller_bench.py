@@ -1,6 +1,5 @@
 """The daemon against the raw query: drain rate of a backlog, and commit-to-handler latency."""
 
-import asyncio
 import statistics
 import threading
 import time
@@ -10,13 +9,12 @@ import psycopg
 
 import outbox
 from bench.common import Measurement
+from outbox.positions import START, Position
 from outbox.queries import QUERIES
 from poller import administration
-from poller.daemon.options import DaemonOptions
-from poller.daemon.runner import run_daemon
+from poller.daemon.background import DaemonThread
 from poller.message import Message
-from poller.positions import START, Position
-from poller.reader import read_batch
+from poller.store.message_reads import read_batch
 
 TITLE = "Poller: drain rate and commit-to-handler latency (daemon vs the raw query)"
 BATCH = 500
@@ -54,8 +52,7 @@ def raw_read_rate(database_url: str, publication: str, count: int) -> float:
                 QUERIES["read_batch"],
                 {
                     "publication": publication,
-                    "after_transaction_id": str(after.transaction_id),
-                    "after_position": after.position,
+                    **after.query_parameters("after_"),
                     "limit": BATCH,
                 },
             ).fetchall()
@@ -83,7 +80,7 @@ def daemon_drain_rate(
         administration.create(conn, name, publication, "start", settings)
     handler = Countdown(count)
     started = time.perf_counter()
-    with daemon_thread(database_url, name, handler):
+    with DaemonThread(database_url, [name], handler):
         if not handler.done.wait(timeout=600):
             raise RuntimeError(f"the daemon drained only {count - handler.remaining} of {count}")
         elapsed = time.perf_counter() - started
@@ -113,25 +110,6 @@ def drain(database_url: str, count: int) -> list[Measurement]:
         ),
         Measurement(group, "daemon, 100 in flight", wide, "msg/s", "raw read_batch query"),
     ]
-
-
-class daemon_thread:  # noqa: N801 - used as a context manager like a function
-    def __init__(self, database_url: str, subscription: str, handler: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._stop = asyncio.Event()
-        options = DaemonOptions()
-        self._thread = threading.Thread(
-            target=self._loop.run_until_complete,
-            args=(run_daemon(database_url, [subscription], handler, options, self._stop),),
-            daemon=True,
-        )
-
-    def __enter__(self) -> None:
-        self._thread.start()
-
-    def __exit__(self, *_: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=60)
 
 
 class LatencyRecorder:
@@ -175,7 +153,7 @@ def daemon_latency(database_url: str, seconds: float, notify: bool) -> tuple[flo
     with psycopg.connect(database_url) as conn:
         administration.create(conn, publication, publication, "end", {})
     recorder = LatencyRecorder()
-    with daemon_thread(database_url, publication, recorder):
+    with DaemonThread(database_url, [publication], recorder):
         time.sleep(0.5)
         committed = write_steadily(database_url, publication, seconds, notify)
         time.sleep(0.5)

@@ -42,7 +42,7 @@ PARTITIONS = 2
 JDBC_TABLE = sql.SQL(
     "(SELECT position, transaction_id::text::bigint AS transaction_id,"
     " publication_id AS publication, message_id, message_type, partition_key,"
-    " data::text AS data, headers::text AS headers, scheduled"
+    " data::text AS data, headers::text AS headers, appended_at"
     " FROM outbox.messages WHERE publication_id = {}) AS m"
 ).format(sql.Literal(PUBLICATION))
 
@@ -54,7 +54,7 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
     os.environ[URL_ENVIRONMENT_VARIABLE] = database_url  # before Spark copies the environment
     jdbc_url, skip_reason = jdbc_location(database_url)
 
-    from pipeline.session import outbox_session
+    from pipeline.spark_session import outbox_session
 
     config = {
         "spark.sql.shuffle.partitions": str(PARTITIONS),

@@ -7,8 +7,9 @@ import time
 import psycopg
 
 from bench.common import Measurement
-from bench.poller_bench import daemon_thread, fill
+from bench.poller_bench import fill
 from poller import administration
+from poller.daemon.background import DaemonThread
 from poller.message import Message
 
 TITLE = "Consumer groups: handler awaiting 1 ms, vs one consumer with a no-op handler"
@@ -32,7 +33,7 @@ def rate(database_url: str, settings: dict[str, object], pause: float, window: f
     with psycopg.connect(database_url) as conn:
         administration.create(conn, name, "groups", "start", settings)
     counter = Counter(pause)
-    with daemon_thread(database_url, name, counter):
+    with DaemonThread(database_url, [name], counter):
         time.sleep(min(1.0, window / 2))
         start_count, started = counter.handled, time.perf_counter()
         time.sleep(window)

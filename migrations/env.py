@@ -1,8 +1,8 @@
-"""alembic environment: always run through poller.database.migrations with a live connection."""
+"""alembic environment: always run through outbox.schema_migrations with a live connection."""
 
 from alembic import context
 
-from poller.database.migrations import VERSION_TABLE_SCHEMA
+from outbox.schema_migrations import VERSION_TABLE_SCHEMA
 
 connection = context.config.attributes["connection"]
 context.configure(

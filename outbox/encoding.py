@@ -11,8 +11,9 @@ import decimal
 import enum
 import json
 import re
+import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from outbox.errors import InvalidMessageError
@@ -23,6 +24,15 @@ JsonDefault = Callable[[Any], Any]
 # JSON it appears as \u0000 preceded by an even number of backslashes (an odd number would mean
 # the backslash itself was escaped and the text only looks like an escape).
 _ENCODED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+# The deepest nesting of objects and arrays a message may have. PostgreSQL 15's jsonb parser
+# recurses once per level and gives up at max_stack_depth (2MB by default: 10,000 levels parse,
+# 20,000 do not; a server with a smaller setting gives up sooner, and that error aborts the
+# caller's transaction). Python's json encoder and decoder recurse once per level too, under a
+# default recursion limit of 1000, so a consumer could not decode anything deeper anyway.
+# Nothing on the usual path counts levels: under that default limit the encoder itself gives up
+# past 1000 levels, and only then is the value walked to name where it went too deep.
+MAX_JSON_DEPTH = 1000
 
 
 def json_default(value: Any) -> Any:
@@ -57,32 +67,81 @@ def encode_json(field: str, value: Any, default: JsonDefault = json_default) -> 
     except (TypeError, ValueError) as error:
         raise InvalidMessageError(field, value, f"cannot be encoded as JSON: {error}") from None
     except RecursionError:
-        raise InvalidMessageError(field, value, "is nested too deeply to encode") from None
+        raise _too_deep(field, value) from None
+    # isascii() reads a flag the string already carries, so ASCII payloads pay nothing; only
+    # other text can hold a lone surrogate, which psycopg would fail to encode at execute time.
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as error:
+            raise _unencodable(field, text, error) from None
     # The substring test is cheap and almost always false; the regex then rules out an escaped
     # backslash that merely looks like the escape.
     if "\\u0000" in text and _ENCODED_NUL.search(text):
-        path = _path_to_nul(json.loads(text))
+        path, found = _first_text(json.loads(text), lambda item: "\x00" in item)
         raise InvalidMessageError(
-            f"{field}{path}", value, "contains \\u0000, which PostgreSQL jsonb cannot store"
+            f"{field}{path}", found, "contains \\u0000, which PostgreSQL jsonb cannot store"
         )
     return text
 
 
-def _path_to_nul(value: Any, path: str = "") -> str:
-    """Where the first NUL character sits, as a path like `.items[2].name`."""
-    if isinstance(value, str):
-        return path if "\x00" in value else ""
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            key_path = f"{path}.{key}"
-            if "\x00" in key:
-                return key_path
-            found = _path_to_nul(item, key_path)
-            if found:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _path_to_nul(item, f"{path}[{index}]")
-            if found:
-                return found
-    return ""
+def _too_deep(field: str, value: Any) -> InvalidMessageError:
+    """The encoder ran out of recursion: name the container past MAX_JSON_DEPTH."""
+    for path, item, depth in _walk(value):
+        if depth == MAX_JSON_DEPTH and isinstance(item, Mapping | list | tuple):
+            return InvalidMessageError(
+                f"{field}{path}", item, f"is nested more than {MAX_JSON_DEPTH} levels deep"
+            )
+    # Within the limit, yet the encoder gave up: the caller's own stack was already deep, or the
+    # depth is inside objects the `default` hook expands, where the walk cannot see.
+    return InvalidMessageError(
+        field,
+        value,
+        "is nested too deeply to encode at this call depth"
+        f" (Python's recursion limit is {sys.getrecursionlimit()})",
+    )
+
+
+def _unencodable(field: str, text: str, error: UnicodeEncodeError) -> InvalidMessageError:
+    """Name the string or key holding the lone surrogate that UTF-8 could not encode."""
+    path, found = _first_text(json.loads(text), _has_surrogate)
+    surrogate = ord(text[error.start])
+    return InvalidMessageError(
+        f"{field}{path}",
+        found,
+        f"contains a lone surrogate (U+{surrogate:04X}), which UTF-8 cannot encode",
+    )
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _first_text(value: Any, wanted: Callable[[str], bool]) -> tuple[str, str]:
+    """The path (like `.items[2].name`) and text of the first string or key that is `wanted`."""
+    return next(
+        (path, item) for path, item, _ in _walk(value) if isinstance(item, str) and wanted(item)
+    )
+
+
+def _walk(value: Any) -> Iterator[tuple[str, Any, int]]:
+    """Every value, key and container in document order, as (path, item, depth).
+
+    A loop over an explicit stack, not recursion: the value may be nested far deeper than
+    Python's recursion limit. A key comes just before its value, with the same path.
+    """
+    stack: list[tuple[str, Any, int]] = [("", value, 0)]
+    while stack:
+        path, item, depth = stack.pop()
+        yield path, item, depth
+        if isinstance(item, Mapping):
+            for key, child in reversed(list(item.items())):
+                stack.append((f"{path}.{key}", child, depth + 1))
+                stack.append((f"{path}.{key}", key, depth + 1))
+        elif isinstance(item, list | tuple):
+            for index in reversed(range(len(item))):
+                stack.append((f"{path}[{index}]", item[index], depth + 1))

@@ -12,10 +12,15 @@ class InvalidMessageError(OutboxError, ValueError):
         self.field = field
         self.value = value
         self.reason = reason
+        super().__init__(f"{field}={_shown(value)}: {reason}")
+
+
+def _shown(value: object) -> str:
+    try:
         shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        super().__init__(f"{field}={shown}: {reason}")
+    except RecursionError:  # a value refused for its depth is too deep for repr as well
+        return f"<{type(value).__name__} nested too deeply to show>"
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 class UnsupportedConnectionError(OutboxError, TypeError):

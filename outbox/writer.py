@@ -12,6 +12,7 @@ from outbox.connection import AsyncConnection, Rows, SyncConnection, fetch_all, 
 from outbox.encoding import JsonDefault, json_default
 from outbox.errors import InvalidMessageError, OutboxError
 from outbox.messages import EncodedMessage, NewMessage, check_name, encode_message
+from outbox.names import NOTIFY_CHANNEL
 from outbox.queries import QUERIES
 from outbox.settings import writer_settings
 
@@ -122,7 +123,7 @@ def _plan(
             for m, at in zip(encoded, positions, strict=True)
         ]
     if notify:
-        yield QUERIES["notify_publication"], {"publication": publication}
+        yield QUERIES["notify_publication"], {"channel": NOTIFY_CHANNEL, "publication": publication}
     return _all_known(encoded, positions)
 
 

@@ -19,7 +19,7 @@ _COLUMNS = (
     ("partition_key", StringType(), pa.string(), True),
     ("data", StringType(), pa.string(), False),
     ("headers", StringType(), pa.string(), False),
-    ("scheduled", TimestampType(), pa.timestamp("us", tz="UTC"), False),
+    ("appended_at", TimestampType(), pa.timestamp("us", tz="UTC"), False),
 )
 
 SPARK_SCHEMA = StructType(

@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
+from outbox.positions import Position
 from pipeline.queries import pipeline_queries
-from poller.positions import Position
 
 
 def batch_end(
@@ -41,8 +41,7 @@ def split_points(
         pipeline_queries()["pipeline_split_points"],
         {
             **_after(publication, start),
-            "until_transaction_id": str(end.transaction_id),
-            "until_position": end.position,
+            **end.query_parameters("until_"),
             "slices": slices,
         },
     ).fetchall()
@@ -50,9 +49,4 @@ def split_points(
 
 
 def _after(publication: str, after: Position) -> dict[str, Any]:
-    # xid8 has no cast from integers: the transaction id goes in as text.
-    return {
-        "publication": publication,
-        "after_transaction_id": str(after.transaction_id),
-        "after_position": after.position,
-    }
+    return {"publication": publication, **after.query_parameters("after_")}

@@ -29,11 +29,8 @@ def slice_statement(publication: str, part: Slice) -> sql.Composed:
     """The SELECT of one slice, with its bounds as literals."""
     values: dict[str, Any] = {
         "publication": publication,
-        # xid8 has no cast from integers: the transaction ids go in as text.
-        "after_transaction_id": str(part.after.transaction_id),
-        "after_position": part.after.position,
-        "until_transaction_id": str(part.until.transaction_id),
-        "until_position": part.until.position,
+        **part.after.query_parameters("after_"),
+        **part.until.query_parameters("until_"),
     }
     if part.by_key:
         values |= {"bucket": part.bucket, "buckets": part.buckets}

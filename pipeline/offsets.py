@@ -8,7 +8,7 @@ value `(transaction_id, position)` exactly as the read_batch query does.
 
 from collections.abc import Mapping
 
-from poller.positions import START, Position
+from outbox.positions import START, Position
 
 
 class OffsetError(ValueError):

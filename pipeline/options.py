@@ -16,11 +16,11 @@ from typing import Literal, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from outbox.database_url import mask_password
+from outbox.names import DATABASE_URL_VARIABLE, MAX_NAME_LENGTH
+from outbox.positions import Position
 from pipeline.offsets import position_of
-from poller.database.urls import mask_password
-from poller.positions import Position
 
-DEFAULT_URL_ENVIRONMENT_VARIABLE = "OUTBOX_DATABASE_URL"
 Choice = TypeVar("Choice", bound=StrEnum)
 
 
@@ -89,8 +89,6 @@ _KNOWN = {
         "copyDriver",
     )
 }
-# outbox.messages and outbox.subscriptions reject longer ids (CHECK constraints).
-_MAX_ID_LENGTH = 200
 
 
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
@@ -128,7 +126,7 @@ def refuse_password(url: str, option: str) -> str:
             f"option {option} contains a password; options are visible in plans and the Spark"
             " UI. Leave it out and let libpq find it (PGPASSWORD or a .pgpass file on every"
             " executor), or put the whole URL in an environment variable named by urlEnv"
-            f" (default {DEFAULT_URL_ENVIRONMENT_VARIABLE})"
+            f" (default {DATABASE_URL_VARIABLE})"
         )
     return url
 
@@ -137,8 +135,8 @@ def _identifier(values: Mapping[str, str], name: str) -> str:
     value = values.get(name.lower())
     if value is None:
         raise OptionError(f"option {name} is required")
-    if not value or len(value) > _MAX_ID_LENGTH:
-        raise OptionError(f"option {name} must be 1 to {_MAX_ID_LENGTH} characters, got {value!r}")
+    if not value or len(value) > MAX_NAME_LENGTH:
+        raise OptionError(f"option {name} must be 1 to {MAX_NAME_LENGTH} characters, got {value!r}")
     return value
 
 
@@ -151,7 +149,7 @@ def _database(values: Mapping[str, str]) -> DatabaseLocation:
         raise OptionError("option urlEnv must name an environment variable, got ''")
     return DatabaseLocation(
         url=None if url is None else refuse_password(url, "url"),
-        url_environment_variable=environment_variable or DEFAULT_URL_ENVIRONMENT_VARIABLE,
+        url_environment_variable=environment_variable or DATABASE_URL_VARIABLE,
     )
 
 

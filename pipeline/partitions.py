@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from itertools import pairwise
 
-from poller.positions import Position
+from outbox.positions import Position
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,8 +10,8 @@ from typing import Any
 
 import psycopg
 
+from outbox.positions import Position
 from pipeline.queries import pipeline_queries
-from poller.positions import Position
 
 
 class SubscriptionConflictError(RuntimeError):
@@ -53,9 +53,7 @@ def _write(
         {
             "subscription": subscription,
             "publication": publication,
-            # xid8 has no cast from integers: the transaction id goes in as text.
-            "transaction_id": str(position.transaction_id),
-            "position": position.position,
+            **position.query_parameters(),
         },
     ).fetchone()
     if written is not None:

@@ -11,6 +11,6 @@ from typing import LiteralString
 
 @cache
 def pipeline_queries() -> dict[str, LiteralString]:
-    from outbox.queries import parse_queries, sql_directory
+    from outbox.queries import load_queries
 
-    return parse_queries((sql_directory() / "pipeline_queries.sql").read_text(encoding="utf-8"))
+    return load_queries("pipeline_queries.sql")

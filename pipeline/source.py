@@ -20,13 +20,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from outbox.positions import START, Position
 from pipeline import batches, progress
 from pipeline.arrow_schema import SPARK_SCHEMA
 from pipeline.copy_reader import APPLICATION_NAME, read_slice
 from pipeline.offsets import next_end, offset_of, position_of
 from pipeline.options import OptionError, PartitionBy, SourceOptions, parse_source_options
 from pipeline.partitions import Slice, key_slices, range_slices
-from poller.positions import START, Position
 
 
 class OutboxDataSource(DataSource):

@@ -5,7 +5,7 @@ from typing import Any
 
 import orjson
 
-from poller.positions import Position
+from outbox.positions import Position
 
 
 class Message:
@@ -13,6 +13,11 @@ class Message:
 
     `data` and `headers` are decoded on first access: decoding jsonb into dicts is the read
     path's bottleneck, so a handler that routes on `message_type` alone never pays for it.
+
+    `appended_at` is when the message was appended: the writer transaction's start time
+    (PostgreSQL's now()), so every message of one transaction has the same one. It dates the
+    message and nothing more; delivery is never delayed by it, and delivery order is
+    (transaction_id, position), not this time.
     """
 
     __slots__ = (
@@ -20,6 +25,7 @@ class Message:
         "_data_text",
         "_headers",
         "_headers_text",
+        "appended_at",
         "at",
         "delivery_attempt",
         "message_id",
@@ -27,7 +33,6 @@ class Message:
         "partition_key",
         "position",
         "publication",
-        "scheduled",
         "transaction_id",
     )
 
@@ -42,7 +47,7 @@ class Message:
         partition_key: str | None,
         data_text: str,
         headers_text: str,
-        scheduled: datetime.datetime,
+        appended_at: datetime.datetime,
         delivery_attempt: int = 1,
     ) -> None:
         self.position = position
@@ -51,7 +56,7 @@ class Message:
         self.message_id = message_id
         self.message_type = message_type
         self.partition_key = partition_key
-        self.scheduled = scheduled
+        self.appended_at = appended_at
         self.delivery_attempt = delivery_attempt
         # Where the message sits in delivery order; computed once, it is read per event.
         self.at = Position(transaction_id, position)

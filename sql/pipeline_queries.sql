@@ -65,10 +65,7 @@ ORDER BY transaction_id, position
 
 -- pipeline_read_slice --
 -- Every row of (after, until]; until was chosen below the safe frontier, so no row can still appear in the range. No ORDER BY: Spark needs none within a task, and the planner may then scan without sorting.
-SELECT m.position,
-       m.transaction_id::text::bigint AS transaction_id,
-       m.publication_id AS publication, m.message_id, m.message_type, m.partition_key,
-       m.data::text AS data, m.headers::text AS headers, m.scheduled
+SELECT {{message_columns}}
 FROM outbox.messages AS m
 WHERE m.publication_id = {publication}
   AND (m.transaction_id, m.position) > ({after_transaction_id}::text::xid8, {after_position}::bigint)
@@ -76,10 +73,7 @@ WHERE m.publication_id = {publication}
 
 -- pipeline_read_key_bucket --
 -- The rows of (after, until] whose partition key hashes to one bucket (keyless rows spread by position), in delivery order, which partitionBy=key promises per key.
-SELECT m.position,
-       m.transaction_id::text::bigint AS transaction_id,
-       m.publication_id AS publication, m.message_id, m.message_type, m.partition_key,
-       m.data::text AS data, m.headers::text AS headers, m.scheduled
+SELECT {{message_columns}}
 FROM outbox.messages AS m
 WHERE m.publication_id = {publication}
   AND (m.transaction_id, m.position) > ({after_transaction_id}::text::xid8, {after_position}::bigint)

@@ -69,30 +69,16 @@ WHERE publication_id = %(publication)s AND message_id = ANY(%(message_ids)s::tex
 
 -- notify_publication --
 -- Wakes listening pollers at commit; opt-in, because NOTIFY serialises committing writers.
-SELECT pg_notify('outbox', %(publication)s)
+SELECT pg_notify(%(channel)s, %(publication)s)
 
 -- read_batch --
 -- The snapshot-safe read: only rows below the oldest transaction still running, in (transaction_id, position) order after a checkpoint.
-SELECT m.position,
-       m.transaction_id::text::bigint AS transaction_id,
-       m.publication_id, m.message_id, m.message_type, m.partition_key,
-       m.data::text AS data, m.headers::text AS headers, m.scheduled
+SELECT {{message_columns}}
 FROM outbox.messages AS m
 WHERE m.publication_id = %(publication)s
   AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
   AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
 ORDER BY m.transaction_id, m.position
-LIMIT %(limit)s
-
--- read_batch_naive --
--- The read every home-made poller starts with; kept only to show what it loses (demo and tests).
-SELECT m.position,
-       m.transaction_id::text::bigint AS transaction_id,
-       m.publication_id, m.message_id, m.message_type, m.partition_key,
-       m.data::text AS data, m.headers::text AS headers, m.scheduled
-FROM outbox.messages AS m
-WHERE m.publication_id = %(publication)s AND m.position > %(after_position)s::bigint
-ORDER BY m.position
 LIMIT %(limit)s
 
 -- safe_frontier --
@@ -139,7 +125,13 @@ WHERE subscription_id = %(subscription)s
 RETURNING epoch
 
 -- acquire_leadership --
--- Takes the lease when it is free, expired, or its holder's session is gone; a takeover raises the fencing token.
+-- Takes the lease when it is free, expired, or its holder's session is gone; a takeover raises the fencing token. Also returns how long the previous holder's lease had left (0 if none, expired or ours), which the new leader waits out before starting deliveries (see poller/daemon/self_fence.py).
+WITH previous AS (
+    -- A plain read: the statement's snapshot holds the row as it was before this takeover
+    -- (FOR UPDATE would follow the update chain to this statement's own new version).
+    SELECT holder, expires_at FROM outbox.subscription_leaders
+    WHERE subscription_id = %(subscription)s
+)
 INSERT INTO outbox.subscription_leaders AS l
     (subscription_id, token, holder, host, pid, since, expires_at)
 VALUES (%(subscription)s, 1, %(holder)s, %(host)s, %(pid)s, clock_timestamp(),
@@ -150,7 +142,9 @@ SET token = l.token + 1, holder = excluded.holder, host = excluded.host, pid = e
 WHERE l.expires_at < clock_timestamp()
    OR l.holder = excluded.holder
    OR NOT EXISTS (SELECT FROM pg_stat_activity AS a WHERE a.application_name = l.holder)
-RETURNING token
+RETURNING token,
+          coalesce((SELECT extract(epoch FROM greatest(p.expires_at - clock_timestamp(), interval '0'))
+                    FROM previous AS p WHERE p.holder <> %(holder)s), 0)::float8
 
 -- renew_leadership --
 -- Extends the lease if this holder still has it; returns the subscription's epoch and settings so seeks and updates are noticed.
@@ -201,24 +195,43 @@ FROM outbox.blocking_transactions
 WHERE transaction_id < %(transaction_id)s::text::xid8
 ORDER BY transaction_start
 
--- subscription_status --
--- The operator's view of every subscription.
-SELECT subscription_id, publication_id, checkpoint_transaction_id::text::bigint, checkpoint_position,
-       messages_behind, extract(epoch FROM oldest_undelivered_age)::float8,
-       leader_host, leader_pid, leader_since, leader_alive, blocked_by
-FROM outbox.subscription_status ORDER BY subscription_id
-
 -- park_message --
--- Records a message the subscription gave up on; a repeated park (after a replay failed again) updates the row.
+-- Records a message the subscription gave up on, only for the current leader (fencing token) and, for a stream message, in the epoch the park was decided in (a replay passes a null epoch: replays outlive seeks); a repeated park updates the row; returns the attempts in all. FOR SHARE makes a takeover or a seek wait for this write, or this write see theirs.
+WITH fenced AS (
+    SELECT s.subscription_id
+    FROM outbox.subscription_leaders AS l
+    JOIN outbox.subscriptions AS s ON s.subscription_id = l.subscription_id
+    WHERE l.subscription_id = %(subscription)s AND l.token = %(token)s AND l.holder = %(holder)s
+      AND (%(epoch)s::bigint IS NULL OR s.epoch = %(epoch)s::bigint)
+    FOR SHARE OF l, s
+)
 INSERT INTO outbox.parked_messages (subscription_id, position, transaction_id, attempts, last_error)
-VALUES (%(subscription)s, %(position)s, %(transaction_id)s::text::xid8, %(attempts)s, %(last_error)s)
+SELECT fenced.subscription_id, %(position)s, %(transaction_id)s::text::xid8, %(attempts)s, %(last_error)s
+FROM fenced
 ON CONFLICT (subscription_id, position) DO UPDATE
 SET attempts = outbox.parked_messages.attempts + excluded.attempts,
     last_error = excluded.last_error, parked_at = now()
+RETURNING attempts
 
 -- unpark_message --
--- Deletes a parked row once its replay was acknowledged.
-DELETE FROM outbox.parked_messages WHERE subscription_id = %(subscription)s AND position = %(position)s
+-- Deletes a parked row once its replay was acknowledged, only for the current leader (fencing token, locked as in park_message), and only the row that replay read: if the position was parked again meanwhile (a seek re-read it and it failed again), that newer row stays.
+WITH fenced AS (
+    SELECT subscription_id FROM outbox.subscription_leaders
+    WHERE subscription_id = %(subscription)s AND token = %(token)s AND holder = %(holder)s
+    FOR SHARE
+)
+DELETE FROM outbox.parked_messages AS p
+USING fenced
+WHERE p.subscription_id = fenced.subscription_id AND p.position = %(position)s
+  AND p.parked_at = %(parked_at)s
+RETURNING 1
+
+-- write_runtime --
+-- Records the leader's runtime figures (consumers, in flight, buffered...) without a checkpoint move, only for the current leader.
+UPDATE outbox.subscription_leaders
+SET runtime = %(runtime)s::jsonb, runtime_at = clock_timestamp()
+WHERE subscription_id = %(subscription)s AND token = %(token)s AND holder = %(holder)s
+RETURNING 1
 
 -- list_parked --
 -- A subscription's parked messages with their type and error, oldest position first.
@@ -235,11 +248,8 @@ LIMIT %(limit)s
 DELETE FROM outbox.parked_messages WHERE subscription_id = %(subscription)s
 
 -- read_parked_messages --
--- The messages behind a subscription's parked rows, for replay, in delivery order.
-SELECT m.position,
-       m.transaction_id::text::bigint AS transaction_id,
-       m.publication_id, m.message_id, m.message_type, m.partition_key,
-       m.data::text AS data, m.headers::text AS headers, m.scheduled
+-- The messages behind a subscription's parked rows, for replay, in delivery order, each with its row's parked_at (which a later park of the same position changes).
+SELECT {{message_columns}}, p.parked_at
 FROM outbox.parked_messages AS p
 JOIN outbox.messages AS m ON m.position = p.position
 WHERE p.subscription_id = %(subscription)s
@@ -254,3 +264,34 @@ WHERE subscription_id = %(subscription)s RETURNING replay_requests
 -- Whether a daemon currently holds the subscription's lease.
 SELECT coalesce(bool_or(expires_at > clock_timestamp()), false)
 FROM outbox.subscription_leaders WHERE subscription_id = %(subscription)s
+
+-- next_transaction_id --
+-- The transaction id the cluster assigns next: a checkpoint at or above it would hide every message written from now on.
+SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_transaction_id
+
+-- subscription_status_with_hidden --
+-- The operator's view of every subscription, with the oldest transaction the safe frontier still hides (to name its blockers).
+SELECT subscription_id, publication_id, checkpoint_transaction_id::text::bigint, checkpoint_position,
+       messages_behind, extract(epoch FROM oldest_undelivered_age)::float8,
+       leader_host, leader_pid, leader_since, leader_alive,
+       oldest_hidden_transaction_id::text::bigint
+FROM outbox.subscription_status ORDER BY subscription_id
+
+-- get_message_by_id --
+-- One message of a publication by its message id, with its place in delivery order.
+SELECT m.position, m.transaction_id::text::bigint, m.publication_id, m.message_id,
+       m.message_type, m.partition_key, m.data::text, m.headers::text, m.appended_at
+FROM outbox.messages AS m
+WHERE m.publication_id = %(publication)s AND m.message_id = %(message_id)s
+
+-- get_message_at_position --
+-- One message of a publication at a (transaction_id, position).
+SELECT m.position, m.transaction_id::text::bigint, m.publication_id, m.message_id,
+       m.message_type, m.partition_key, m.data::text, m.headers::text, m.appended_at
+FROM outbox.messages AS m
+WHERE m.publication_id = %(publication)s AND m.position = %(position)s
+  AND m.transaction_id = %(transaction_id)s::text::xid8
+
+-- delete_publication_messages --
+-- Deletes every message of a publication (the demo cleans up after itself with it).
+DELETE FROM outbox.messages WHERE publication_id = %(publication)s

@@ -1,6 +1,12 @@
 -- The outbox schema for DBAs who do not run alembic. It must stay identical to the head of the
--- migration chain in migrations/: tests/integration/test_schema_matches_migrations.py compares
--- the catalogs of a database built each way.
+-- migration chain in migrations/: tests/integration/test_migrations.py compares the catalogs of
+-- a database built each way, and `outbox migrate` adopts a database built from this file.
+--
+-- Run it as:  psql -v ON_ERROR_STOP=1 -f sql/schema.sql
+-- It holds its own BEGIN and COMMIT, so it applies whole or not at all (no need for -1): after an
+-- error PostgreSQL aborts the transaction, and the COMMIT at the end then rolls it back.
+
+BEGIN;
 
 CREATE SCHEMA IF NOT EXISTS outbox;
 
@@ -15,7 +21,9 @@ CREATE TABLE outbox.messages (
     partition_key text NULL,
     data jsonb NOT NULL,
     headers jsonb NOT NULL DEFAULT '{}',
-    scheduled timestamptz NOT NULL DEFAULT now(),
+    -- When the message was appended: the writer transaction's start time. Delivery is never
+    -- delayed by it; it dates a message for operators and time-windowed consumers.
+    appended_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT messages_publication_id_valid
         CHECK (publication_id <> '' AND length(publication_id) <= 200),
     CONSTRAINT messages_message_id_valid
@@ -81,13 +89,26 @@ CREATE TABLE outbox.parked_messages (
     PRIMARY KEY (subscription_id, position)
 );
 
--- pg_stat_activity and pg_prepared_xacts show 32-bit xids; the outbox stores xid8. This widens
--- a running xid to xid8 relative to the next xid to be assigned (it is at most 2^31 older).
+-- pg_stat_activity and pg_prepared_xacts show 32-bit xids; the outbox stores xid8. PostgreSQL
+-- stops assigning xids before the oldest unfrozen one is 2^31 behind the next, so every running
+-- xid is within 2^31 of next_xid: the signed 32-bit distance from next_xid's low half places it
+-- in its epoch (the arithmetic of FullXidRelativeTo in PostgreSQL's access/transam.h).
+CREATE FUNCTION outbox.widen_xid_around(running xid, next_xid xid8) RETURNS xid8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    -- Only a corrupt input lands before epoch 0: clamp it to 3, FirstNormalTransactionId.
+    SELECT greatest(next_id + CASE WHEN distance >= 2147483648 THEN distance - 4294967296
+                                   ELSE distance END, 3)::text::xid8
+    FROM (SELECT next_xid::text::bigint AS next_id) AS n,
+         LATERAL (SELECT (running::text::bigint - (next_id & 4294967295) + 4294967296)
+                         % 4294967296 AS distance) AS d
+$$;
+
+-- The snapshot's xmax (latestCompletedXid + 1) stands in for the next xid: reading it assigns
+-- no xid to the caller. A transaction still running can hold an xid at or above it; the signed
+-- distance puts that one ahead of xmax, in the same epoch.
 CREATE FUNCTION outbox.widen_xid(running xid) RETURNS xid8
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT (CASE WHEN widened > next_id THEN widened - 4294967296 ELSE widened END)::text::xid8
-    FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_id) AS next_xid,
-         LATERAL (SELECT ((next_id >> 32) << 32) | running::text::bigint AS widened) AS w
+    SELECT outbox.widen_xid_around(running, pg_snapshot_xmax(pg_current_snapshot()))
 $$;
 
 -- Every transaction in the cluster that holds an xid, in any database: each one holds back
@@ -129,7 +150,7 @@ SELECT s.subscription_id,
        s.last_processed_position AS checkpoint_position,
        s.epoch,
        coalesce(behind.messages, 0) AS messages_behind,
-       clock_timestamp() - behind.oldest_scheduled AS oldest_undelivered_age,
+       clock_timestamp() - behind.oldest_appended_at AS oldest_undelivered_age,
        leader.host AS leader_host,
        leader.pid AS leader_pid,
        leader.since AS leader_since,
@@ -147,7 +168,7 @@ SELECT s.subscription_id,
 FROM outbox.subscriptions AS s
 LEFT JOIN outbox.subscription_leaders AS leader USING (subscription_id)
 LEFT JOIN LATERAL (
-    SELECT count(*) AS messages, min(m.scheduled) AS oldest_scheduled
+    SELECT count(*) AS messages, min(m.appended_at) AS oldest_appended_at
     FROM outbox.messages AS m
     WHERE m.publication_id = s.publication_id
       AND (m.transaction_id, m.position)
@@ -175,3 +196,5 @@ LEFT JOIN LATERAL (
     FROM outbox.blocking_transactions AS b
     WHERE b.transaction_id < hidden.oldest_transaction_id
 ) AS blockers ON true;
+
+COMMIT;

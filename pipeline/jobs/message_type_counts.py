@@ -3,7 +3,7 @@
     outbox spark run message-type-counts --publication orders --output out --checkpoint ck
     spark-submit --master URL pipeline/jobs/message_type_counts.py --publication orders ...
 
-Windows are on `scheduled` (the writer's transaction start, UTC) and a window's row is written
+Windows are on `appended_at` (the writer's transaction start, UTC) and a window's row is written
 once the watermark passes its end: when messages `--watermark` later than the window end have
 been read. A transaction held open longer than the watermark commits messages that are already
 too late for their window and are left out of it, so keep the watermark above the longest
@@ -17,7 +17,7 @@ from pyspark.sql import functions as f
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline.jobs import add_source_arguments, source_options
-from pipeline.session import outbox_session
+from pipeline.spark_session import outbox_session
 
 NAME = "message-type-counts"
 
@@ -37,8 +37,8 @@ def argument_parser() -> argparse.ArgumentParser:
 def counts(messages: DataFrame, window: str, watermark: str) -> DataFrame:
     amount = f.from_json("data", "amount DOUBLE").getField("amount")
     return (
-        messages.withWatermark("scheduled", watermark)
-        .groupBy(f.window("scheduled", window).alias("window"), "message_type")
+        messages.withWatermark("appended_at", watermark)
+        .groupBy(f.window("appended_at", window).alias("window"), "message_type")
         .agg(f.count(f.lit(1)).alias("messages"), f.sum(amount).alias("amount"))
         .select(
             f.col("window.start").alias("window_start"),

@@ -1,23 +1,46 @@
-"""How a daemon process behaves, as opposed to one subscription's stored settings."""
+"""How a daemon process behaves, as opposed to one subscription's stored settings.
 
+Each option's default and help text live here once; `outbox poll` makes its command-line
+options from the fields marked `option`.
+"""
+
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
+
+
+def _option(default: float, help_text: str, *, command_line: bool = True) -> Any:
+    return dataclasses.field(
+        default=default, metadata={"help": help_text, "command_line": command_line}
+    )
 
 
 @dataclass(frozen=True)
 class DaemonOptions:
     # A standby takes over within lease_seconds of a leader that stops renewing (paused,
     # partitioned), and at once when the leader's database session is gone (killed).
-    lease_seconds: float = 4.0
-    renew_every: float = 1.0
-    standby_poll: float = 0.5
-    poll_interval_min: float = 0.001
-    poll_interval_max: float = 0.1
-    hidden_recheck: float = 0.005
-    stall_threshold: float = 5.0
-    stall_repeat: float = 60.0
-    shutdown_timeout: float = 10.0
-    tick_every: float = 0.02
-    handler_threads: int = 16
+    lease_seconds: float = _option(
+        4.0, "Seconds a standby waits for a leader that stopped renewing (paused, cut off)."
+    )
+    # Not on the command line: `outbox poll` derives it from lease_seconds (see with_lease).
+    renew_every: float = _option(1.0, "Seconds between lease renewals.", command_line=False)
+    standby_poll: float = _option(0.5, "Seconds between a standby's tries to take the lease.")
+    poll_interval_min: float = _option(0.001, "Shortest wait after an empty read, seconds.")
+    poll_interval_max: float = _option(0.1, "Longest wait after empty reads, seconds.")
+    hidden_recheck: float = _option(
+        0.005, "Re-read interval while committed rows wait behind an open transaction, s."
+    )
+    stall_threshold: float = _option(
+        5.0, "Seconds committed messages may wait behind the safe frontier before a warning."
+    )
+    stall_repeat: float = _option(60.0, "Seconds between repeated stall warnings.")
+    shutdown_timeout: float = _option(
+        10.0, "Seconds handlers in flight get to finish after SIGTERM or SIGINT."
+    )
+    tick_every: float = _option(
+        0.02, "Seconds between timeout and retry checks.", command_line=False
+    )
+    handler_threads: int = _option(16, "Threads per subscription for plain `def` handlers.")
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -28,3 +51,15 @@ class DaemonOptions:
                 f"renew_every={self.renew_every} must be shorter than"
                 f" lease_seconds={self.lease_seconds}, or the lease lapses between renewals"
             )
+
+    @classmethod
+    def with_lease(cls, **values: Any) -> "DaemonOptions":
+        """Options whose renewal interval follows the lease: a quarter of it, at most the
+        default, so three renewals can fail before a standby may take over."""
+        lease = values.get("lease_seconds", cls.lease_seconds)
+        return cls(**{"renew_every": min(cls.renew_every, lease / 4), **values})
+
+
+def command_line_fields() -> list[dataclasses.Field[Any]]:
+    """The options `outbox poll` offers, in declaration order."""
+    return [f for f in dataclasses.fields(DaemonOptions) if f.metadata["command_line"]]

@@ -6,9 +6,10 @@ import logging
 import signal
 
 from poller.daemon.handlers import Handler, HandlerCaller
+from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
-from poller.daemon.waker import Waker
 from poller.daemon.worker import SubscriptionWorker
+from poller.message import Message
 
 log = logging.getLogger(__name__)
 
@@ -19,19 +20,22 @@ async def run_daemon(
     handler: Handler,
     options: DaemonOptions,
     stop: asyncio.Event | None = None,
-) -> None:
+) -> list[Message]:
+    """Run until `stop` is set (or SIGTERM/SIGINT); return the messages whose handlers were
+    still running when the shutdown timeout ran out (empty after a clean stop). Their threads
+    cannot be stopped, so a command-line caller should end the process rather than wait."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal_number, stop.set)
-    waker = Waker()
-    listener = asyncio.create_task(waker.listen(database_url), name="listen")
+    notifications = NotifyListener()
+    listener = asyncio.create_task(notifications.listen(database_url), name="listen")
     # A caller (and thread pool) per subscription: one subscription's slow handlers neither
     # starve another's threads nor hold back its next leadership term.
     callers = [HandlerCaller(handler, options.handler_threads) for _ in subscriptions]
     workers = [
-        SubscriptionWorker(database_url, name, caller, options, waker)
+        SubscriptionWorker(database_url, name, caller, options, notifications)
         for name, caller in zip(subscriptions, callers, strict=True)
     ]
     try:
@@ -41,4 +45,7 @@ async def run_daemon(
         await asyncio.gather(listener, return_exceptions=True)
         for caller in callers:
             caller.close()
+    unfinished = {m.at: m for worker in workers for m in worker.abandoned}
+    unfinished |= {m.at: m for caller in callers for m in caller.running()}
     log.info("poller stopped")
+    return list(unfinished.values())

@@ -8,34 +8,6 @@ while the stall lasts.
 """
 
 from dataclasses import dataclass
-from typing import Any
-
-
-@dataclass(frozen=True)
-class Blocker:
-    kind: str
-    pid: int | None
-    database: str | None
-    user_name: str | None
-    application_name: str | None
-    client_address: str | None
-    state: str | None
-    transaction_age_seconds: float
-    query_start: str | None
-
-    @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> "Blocker":
-        return cls(*row)
-
-    def describe(self) -> str:
-        who = f"pid {self.pid}" if self.pid is not None else f"gid {self.application_name!r}"
-        query = (self.query_start or "").replace("\n", " ")[:80]
-        return (
-            f"{self.kind} {who} (database {self.database}, user {self.user_name},"
-            f" application {self.application_name!r}, client {self.client_address or 'local'},"
-            f" state {self.state}, in transaction for {self.transaction_age_seconds:.1f} s,"
-            f" query {query!r})"
-        )
 
 
 @dataclass

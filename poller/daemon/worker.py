@@ -7,25 +7,41 @@ checkpoint are delivered again: at-least-once).
 """
 
 import asyncio
+import contextlib
 import logging
+import time
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
-from outbox.queries import QUERIES
 from poller.daemon.handlers import HandlerCaller
-from poller.daemon.leases import Lease, new_holder_id
+from poller.daemon.leadership_term import LeadershipLost, LeadershipTerm
+from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
-from poller.daemon.session import LeaderSession, LeadershipLost
-from poller.daemon.waker import Waker
-from poller.subscription_records import SubscriptionRecord
+from poller.daemon.self_fence import SelfFence
+from poller.message import Message
+from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
+from poller.store.records import Lease, SubscriptionRecord, new_holder_id
 
 log = logging.getLogger(__name__)
 
 
-class SubscriptionNotFoundError(LookupError):
-    pass
+class NotPollableError(LookupError):
+    """The subscription does not exist, or something other than the daemon consumes it."""
+
+
+def check_pollable(name: str, record: SubscriptionRecord | None) -> SubscriptionRecord:
+    if record is None:
+        raise NotPollableError(f"subscription {name!r} does not exist")
+    if record.kind is not None:
+        # Two consumers of one subscription row would move one checkpoint for both.
+        raise NotPollableError(
+            f"subscription {name!r} records a {record.kind} query's progress;"
+            f" the {record.kind} job reads it, not `outbox poll`"
+        )
+    return record
 
 
 class SubscriptionWorker:
@@ -35,41 +51,66 @@ class SubscriptionWorker:
         subscription_id: str,
         caller: HandlerCaller,
         options: DaemonOptions,
-        waker: Waker,
+        notifications: NotifyListener,
     ) -> None:
         self._url = database_url
         self._subscription_id = subscription_id
         self._caller = caller
         self._options = options
-        self._waker = waker
+        self._notifications = notifications
         self._lease = Lease(subscription_id, new_holder_id(), options.lease_seconds)
+        self._failures = 0
+        # Messages whose handlers a graceful stop gave up waiting for (see LeadershipTerm).
+        self.abandoned: list[Message] = []
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 conn = await self._connect()
                 async with conn:
-                    if not await self._become_leader(conn, stop):
+                    fence = await self._become_leader(conn, stop)
+                    if fence is None:
                         return
                     record = await self._load(conn)
                     async with await self._connect() as read_conn:
-                        session = LeaderSession(
-                            conn,
-                            read_conn,
+                        session = LeadershipTerm(
+                            LeaderStore(conn, read_conn, self._lease),
+                            fence,
                             record,
-                            self._lease,
                             self._caller,
                             self._options,
-                            self._waker,
+                            self._notifications,
                             stop,
                         )
                         await session.run()
+                    self._failures = 0
+                    self.abandoned += session.abandoned
                     if not session.restart_requested:
                         return
             except LeadershipLost:
                 log.warning("lost leadership of %s; standing by", self._subscription_id)
             except psycopg.OperationalError as error:
                 log.warning("connection lost while leading %s: %s", self._subscription_id, error)
+            except psycopg.errors.ForeignKeyViolation:
+                # Deleted under a running daemon (its lease row went with it): this worker
+                # ends, the process and its other subscriptions go on.
+                log.error(
+                    "%s: the subscription was deleted; its worker stops", self._subscription_id
+                )
+                return
+            except NotPollableError as error:
+                log.error("%s; its worker stops", error)
+                return
+            except Exception:
+                # A bug, not the subscription's fault: no single failure may stop delivery for
+                # good, so the worker starts over from the stored checkpoint after a pause.
+                self._failures += 1
+                pause = min(30.0, 2.0**self._failures)
+                log.exception(
+                    "%s: worker failed; starting again in %.0f s", self._subscription_id, pause
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), pause)
             if not await self._caller.wait_quiet(self._options.shutdown_timeout):
                 log.warning(
                     "%s: handlers of the last term still run after %.0f s; going on",
@@ -92,11 +133,27 @@ class SubscriptionWorker:
                 )
         raise AssertionError("unreachable: AsyncRetrying retries until it returns")
 
-    async def _become_leader(self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event) -> bool:
+    async def _become_leader(
+        self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event
+    ) -> SelfFence | None:
         announced = False
         while not stop.is_set():
-            if await self._lease.try_acquire(conn):
-                return True
+            sent_at = time.monotonic()
+            previous_lease_left = await try_acquire(conn, self._lease)
+            if previous_lease_left is not None:
+                if previous_lease_left:
+                    log.info(
+                        "%s: took over a lease with %.1f s left; deliveries start after it",
+                        self._subscription_id,
+                        previous_lease_left,
+                    )
+                return SelfFence.acquired(
+                    lease_seconds=self._options.lease_seconds,
+                    margin=self._options.renew_every,
+                    sent_at=sent_at,
+                    received_at=time.monotonic(),
+                    previous_lease_left=previous_lease_left,
+                )
             if not announced:
                 log.info("%s has a leader; standing by", self._subscription_id)
                 announced = True
@@ -104,15 +161,8 @@ class SubscriptionWorker:
                 await asyncio.wait_for(stop.wait(), self._options.standby_poll)
             except TimeoutError:
                 continue
-        return False
+        return None
 
     async def _load(self, conn: psycopg.AsyncConnection[Any]) -> SubscriptionRecord:
-        cursor = await conn.execute(
-            QUERIES["get_subscription"], {"subscription": self._subscription_id}
-        )
-        row = await cursor.fetchone()
-        if row is None:
-            raise SubscriptionNotFoundError(
-                f"subscription {self._subscription_id!r} does not exist"
-            )
-        return SubscriptionRecord.from_row(row)
+        name = self._subscription_id
+        return check_pollable(name, await load_subscription(conn, name))

@@ -7,14 +7,25 @@ is in flight, retries and backoff, parking, per-key draining, where the checkpoi
 what a seek or a consumer change does. No I/O, no clock (`now` is passed in), no randomness.
 
 Types: `Envelope(position, partition_key, payload)` in, with `Position` the reader's own
-poller.positions.Position (re-exported), so rows pass through unconverted;
-`SubscriptionSettings` (with `from_mapping`/`to_mapping` for the stored JSON); commands out:
-`Deliver`, `Park`, `ReplayDone`, `WriteCheckpoint`. Modules: settings, envelope, commands,
-tracking (message and delivery records), ledger (checkpoint), checkpoint_batching, consumers
+outbox.positions.Position (re-exported), so rows pass through unconverted;
+`SubscriptionSettings` (with `from_mapping`/`to_mapping` for the stored JSON; every default,
+description, unit and bound in `SETTINGS`, one `SettingSpec` per field, for CLI help and the
+README); commands out: `Deliver`, `Park`, `ReplayDone`, `WriteCheckpoint`, each carrying the
+epoch it was issued in. Modules: settings, envelope, commands,
+tracking (message and delivery records), ledger (checkpoint), checkpoint_batching, consumer_pool
 (capacity; round-robin and dispatch-to-single picks), key_queues (pinned), retry_timer,
 machine.
 
 Semantics chosen:
+- epochs on writes: WriteCheckpoint, Park and ReplayDone carry the epoch they were issued in,
+  and checkpoint_written/parked take it back. The store refuses a WriteCheckpoint whose
+  epoch is not its own (one queued before a seek and stamped with the new epoch when it ran
+  raised the checkpoint back above the seek target, and those messages were lost); a
+  confirmation from an older epoch is ignored. A seek always emits WriteCheckpoint(to).
+- checkpoint writes: batched as KurrentDB does (min_checkpoint_count finished and
+  checkpoint_after seconds, or max_checkpoint_count at once), and also written once no
+  message has finished for checkpoint_after seconds, so an idle subscription never stays
+  behind until shutdown.
 - checkpoint: the greatest read position with every message at or below it finished
   (acked, skipped by the handler or an admin, or parked durably). A message buffered,
   passed over by a strategy, in flight, backing off or waiting for its parked row is
@@ -36,6 +47,16 @@ Semantics chosen:
   consumer_count_changed: deliveries on removed consumers run on and their acks count.
 - seek: drops the epoch's buffered, backing-off and parking messages; reads and outcomes of
   the old epoch are ignored (Pulsar PIP-84); a WriteCheckpoint(to) is emitted at once.
+- started/withdrawn: message_timeout runs from `started` (the handler began), not from
+  Deliver: a delivery waiting for a thread never times out. A delivery the daemon drops
+  before its handler starts is `withdrawn`: not an attempt; its consumer and key are freed
+  and its message, if still current, is queued again ahead of the others. consumer_died
+  withdraws its unstarted deliveries and fails its started ones.
+- strict order: with one consumer and max_in_flight 1 (the live count; not pinned), the
+  stream goes in Position order: a message in flight, backing off or parking holds back
+  every later one until it is finished.
+- replay: a position whose replay is unfinished (queued, in flight, backing off or parking)
+  is not queued again, so the daemon needs no set of its own.
 - replay: parked messages are delivered before the stream, never touch the checkpoint, and
   on ack or handler skip yield ReplayDone (delete the parked row); exhausting their retries
   parks them again. Under pinned they go to the key's owner when the key is out of flight,
@@ -56,18 +77,28 @@ Driving it from a daemon:
             commands += event.apply_to(machine, clock())  # stored, seeks, consumer changes
         commands += machine.tick(clock())
         for command in commands:  # in order; Park and WriteCheckpoint are reported back
-            execute(command)  # through machine.parked() and machine.checkpoint_written()
+            execute(command)  # through parked(position, epoch) and checkpoint_written(...)
+        # handler starts go back batched through machine.started(ids, now), deliveries
+        # dropped before starting through machine.withdrawn(id, now)
     execute(machine.final_checkpoint())
 """
 
-from poller.positions import START, Position
+from outbox.positions import START, Position
 from poller.subscription.commands import Command, Deliver, Park, ReplayDone, WriteCheckpoint
 from poller.subscription.envelope import Envelope
 from poller.subscription.key_queues import owner_of
 from poller.subscription.machine import SubscriptionMachine
-from poller.subscription.settings import Strategy, SubscriptionSettings
+from poller.subscription.settings import (
+    SETTINGS,
+    SETTINGS_BY_NAME,
+    SettingSpec,
+    Strategy,
+    SubscriptionSettings,
+)
 
 __all__ = [
+    "SETTINGS",
+    "SETTINGS_BY_NAME",
     "START",
     "Command",
     "Deliver",
@@ -75,6 +106,7 @@ __all__ = [
     "Park",
     "Position",
     "ReplayDone",
+    "SettingSpec",
     "Strategy",
     "SubscriptionMachine",
     "SubscriptionSettings",

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from poller.positions import Position
+from outbox.positions import Position
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -51,8 +51,13 @@ class KeyQueues:
     def add_stream(self, message: TrackedMessage, key: str) -> None:
         self._key(key).stream.append(message)
 
-    def add_replay(self, message: TrackedMessage, key: str) -> None:
-        self._key(key).replays.append(message)
+    def add_replay(self, message: TrackedMessage, key: str, *, ahead: bool = False) -> None:
+        """Queue a replay; `ahead` puts a withdrawn one back in front of the key's replays."""
+        replays = self._key(key).replays
+        if ahead:
+            replays.appendleft(message)
+        else:
+            replays.append(message)
 
     def occupy(self, key: str, delivery_id: int, consumer: int) -> None:
         state = self._keys[key]

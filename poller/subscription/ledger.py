@@ -4,7 +4,7 @@ import collections
 from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
-from poller.positions import Position
+from outbox.positions import Position
 
 T = TypeVar("T")
 
@@ -62,6 +62,12 @@ class Ledger(Generic[T]):
     def get(self, position: Position) -> T | None:
         entry = self._unfinished.get(position)
         return None if entry is None else entry[1]
+
+    def oldest(self) -> T | None:
+        """The unfinished message read first, if any."""
+        for _previous, item in self._unfinished.values():
+            return item
+        return None
 
     def finish(self, position: Position) -> None:
         del self._unfinished[position]

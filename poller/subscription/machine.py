@@ -3,15 +3,15 @@
 import collections
 from collections.abc import Sequence
 
-from poller.positions import START, Position
+from outbox.positions import START, Position
 from poller.subscription.checkpoint_batching import CheckpointBatcher
 from poller.subscription.commands import Command, Deliver, Park, ReplayDone, WriteCheckpoint
-from poller.subscription.consumers import ConsumerPool
+from poller.subscription.consumer_pool import ConsumerPool
 from poller.subscription.envelope import Envelope
 from poller.subscription.key_queues import KeyQueues
 from poller.subscription.ledger import Ledger
 from poller.subscription.retry_timer import RetryTimer
-from poller.subscription.settings import Strategy, SubscriptionSettings
+from poller.subscription.settings import SETTINGS_BY_NAME, Strategy, SubscriptionSettings
 from poller.subscription.tracking import Delivery, MessageState, TrackedMessage
 
 _QUEUED = MessageState.QUEUED
@@ -45,17 +45,22 @@ class SubscriptionMachine:
         self._pool = ConsumerPool(settings.strategy, settings.consumers, settings.max_in_flight)
         self._keys = KeyQueues(settings.consumers)
         self._retries = RetryTimer()
-        # Insertion order is deadline order (one timeout, `now` never goes back), so timeouts
-        # are found at the front and an ack removes its delivery in O(1).
-        self._in_flight: collections.OrderedDict[int, Delivery] = collections.OrderedDict()
+        self._in_flight: dict[int, Delivery] = {}
+        # Started deliveries in start order, which is deadline order (one timeout, `now`
+        # never goes back) even where it differs from delivery order: timeouts are found at
+        # the front, and an ack removes its delivery in O(1).
+        self._deadlines: collections.OrderedDict[int, Delivery] = collections.OrderedDict()
         self._stream_in_flight = 0
         # Messages any consumer may take (every strategy but pinned, and keyless messages
         # under pinned), in the order they go: replays, then due retries, then fresh reads.
         self._free_replays: collections.deque[TrackedMessage] = collections.deque()
         self._due_retries: collections.deque[TrackedMessage] = collections.deque()
         self._fresh: collections.deque[TrackedMessage] = collections.deque()
-        self._parking: dict[Position, list[TrackedMessage]] = {}
+        self._parking: dict[tuple[Position, int], list[TrackedMessage]] = {}
+        """Messages waiting for parked(position, epoch), by the Park they wait on."""
         self._replay_sequence = 0
+        self._replays: dict[Position, TrackedMessage] = {}
+        """Unfinished replays (queued, in flight, backing off, parking) by parked position."""
         self._touched: set[str] = set()
         """Pinned keys changed by this event, re-examined before dispatching."""
         self._dirty: set[int] = set()
@@ -168,14 +173,41 @@ class SubscriptionMachine:
         """The handler chose to drop the message: it is finished, like an ack."""
         return self.acked(delivery_id, now)
 
+    def started(self, delivery_ids: Sequence[int], now: float) -> list[Command]:
+        """These deliveries' handlers began; message_timeout runs from now.
+
+        A sync handler may wait for a thread: timed from Deliver, messages were parked as
+        "timed out after 1.0s (attempt 2 of 2)" without their handler ever being called.
+        Unknown, ended and already started ids are ignored.
+        """
+        out = self._begin(now)
+        deadline = self._now + self._settings.message_timeout
+        for delivery_id in delivery_ids:
+            delivery = self._in_flight.get(delivery_id)
+            if delivery is not None and delivery.deadline is None:
+                delivery.deadline = deadline
+                self._deadlines[delivery_id] = delivery
+        return self._settle(out)
+
+    def withdrawn(self, delivery_id: int, now: float) -> list[Command]:
+        """The daemon dropped this delivery before its handler started (e.g. sought away
+        while it waited for a thread): not an attempt. Its consumer and key are freed; its
+        message, if its outcome still counts, goes back ahead of what waits. Ignored for a
+        started, ended or unknown id.
+        """
+        out = self._begin(now)
+        delivery = self._in_flight.get(delivery_id)
+        if delivery is not None and delivery.deadline is None:
+            self._withdraw(delivery)
+        return self._settle(out)
+
     def tick(self, now: float) -> list[Command]:
         """Time passed: timeouts, due retries, the checkpoint's time rule."""
         return self._settle(self._begin(now))
 
     def consumer_count_changed(self, consumers: int, now: float) -> list[Command]:
         """Consumers are now 0..consumers-1; deliveries on removed ones run to their end."""
-        if consumers < 1:
-            raise ValueError(f"consumers must be >= 1, got {consumers!r}")
+        SETTINGS_BY_NAME["consumers"].check(consumers)
         out = self._begin(now)
         self._pool.set_count(consumers)
         if self._pinned:
@@ -184,11 +216,15 @@ class SubscriptionMachine:
         return self._settle(out)
 
     def consumer_died(self, consumer: int, now: float) -> list[Command]:
-        """Its deliveries failed (their handlers are gone); the slot stays and gets new work."""
+        """Its started deliveries failed (their handlers are gone) and the others are
+        withdrawn; the slot stays and gets new work.
+        """
         out = self._begin(now)
-        ids = [d.delivery_id for d in self._in_flight.values() if d.consumer == consumer]
-        for delivery_id in ids:
-            message = self._end_delivery(delivery_id)
+        for delivery in [d for d in self._in_flight.values() if d.consumer == consumer]:
+            if delivery.deadline is None:
+                self._withdraw(delivery)
+                continue
+            message = self._end_delivery(delivery.delivery_id)
             if message is not None:
                 self._fail(message, f"consumer {consumer} died", out)
         return self._settle(out)
@@ -212,24 +248,28 @@ class SubscriptionMachine:
         self._due_retries.clear()
         self._fresh.clear()
         self._parking = {
-            position: replays
-            for position, waiting in self._parking.items()
+            park: replays
+            for park, waiting in self._parking.items()
             if (replays := [message for message in waiting if message.replayed])
         }
         if self._pinned:
             self._touched.update(self._keys.drop_stream())
-        write = self._checkpoints.restart(to, self._now)
-        if write is not None:
-            out.append(write)
+        out.append(self._checkpoints.restart(to, new_epoch, self._now))
         return self._settle(out)
 
-    def parked(self, position: Position, now: float) -> list[Command]:
-        """The parked row for `position` is durable: every Park waiting on it is finished."""
+    def parked(self, position: Position, epoch: int, now: float) -> list[Command]:
+        """A Park(position) issued in `epoch` is durable: every message waiting on it is finished.
+
+        A confirmation of a Park from before a seek never finishes a message of the new
+        epoch at the same position: that message's own Park may still be refused or pending.
+        """
         out = self._begin(now)
-        for message in self._parking.pop(position, ()):
+        for message in self._parking.pop((position, epoch), ()):
             if message.state is MessageState.PARKING:
                 message.state = MessageState.DONE
-                if not message.replayed:
+                if message.replayed:
+                    del self._replays[position]
+                else:
                     self._finish_stream(message)
                 self._touch(message)
         return self._settle(out)
@@ -237,11 +277,20 @@ class SubscriptionMachine:
     def replay(self, envelopes: Sequence[Envelope], now: float) -> list[Command]:
         """Parked messages to deliver again, ahead of the stream; they never touch the
         checkpoint. Under pinned they wait only for their key to be out of flight.
+
+        A position whose earlier replay is unfinished is ignored, so the daemon may pass
+        every parked row on each request: two replays of one message queued at once could
+        run concurrently on two consumers (a seek once cleared the daemon's own set of
+        replaying positions while the machine kept them).
         """
         out = self._begin(now)
         for envelope in envelopes:
+            if envelope.position in self._replays:
+                continue
             self._replay_sequence += 1
-            self._queue(TrackedMessage(envelope, True, (0, self._replay_sequence, 0)))
+            message = TrackedMessage(envelope, True, (0, self._replay_sequence, 0))
+            self._replays[envelope.position] = message
+            self._queue(message)
         return self._settle(out)
 
     def admin_skip(self, position: Position, now: float) -> list[Command]:
@@ -260,25 +309,28 @@ class SubscriptionMachine:
             self._touch(message)
         return self._settle(out)
 
-    def checkpoint_written(self, position: Position, now: float) -> list[Command]:
-        """A WriteCheckpoint is stored; the next one may be emitted."""
+    def checkpoint_written(self, position: Position, epoch: int, now: float) -> list[Command]:
+        """WriteCheckpoint(position, epoch) is stored; the next one may be emitted.
+
+        One from an epoch a seek ended is ignored: the seek's own write is the outstanding one.
+        """
         out = self._begin(now)
-        self._checkpoints.confirm(position)
+        self._checkpoints.confirm(position, epoch)
         return self._settle(out)
 
     def final_checkpoint(self) -> WriteCheckpoint | None:
         """At shutdown: the checkpoint to write regardless of the batching rules, if any."""
-        return self._checkpoints.force(self._ledger.checkpoint, self._now)
+        return self._checkpoints.force(self._ledger.checkpoint, self._epoch, self._now)
 
     # Internals ---------------------------------------------------------------------------
 
     def _begin(self, now: float) -> list[Command]:
         out: list[Command] = []
         self._now = now = max(now, self._now)
-        in_flight = self._in_flight
-        while in_flight:
-            delivery = next(iter(in_flight.values()))
-            if delivery.deadline > now:
+        deadlines = self._deadlines
+        while deadlines:
+            delivery = next(iter(deadlines.values()))
+            if delivery.deadline is None or delivery.deadline > now:
                 break
             message = self._end_delivery(delivery.delivery_id)
             if message is not None:
@@ -289,7 +341,7 @@ class SubscriptionMachine:
 
     def _settle(self, out: list[Command]) -> list[Command]:
         self._dispatch(out)
-        write = self._checkpoints.due(self._ledger.checkpoint, self._now)
+        write = self._checkpoints.due(self._ledger.checkpoint, self._epoch, self._now)
         if write is not None:
             out.append(write)
         return out
@@ -310,8 +362,32 @@ class SubscriptionMachine:
                         break
                     self._deliver(ready[0], consumer, out)
             self._dirty.clear()
-        self._drain(self._due_retries, out)
-        self._drain(self._fresh, out)
+        if self._pool.single_slot and not self._pinned:
+            self._deliver_oldest(out)
+        else:
+            self._drain(self._due_retries, out)
+            self._drain(self._fresh, out)
+
+    def _deliver_oldest(self, out: list[Command]) -> None:
+        """One consumer with one slot delivers the stream strictly in order (the README's
+        promise): a message backing off or parking holds back the later ones, as a pinned
+        key's head does. Without this, message 6 was handled before 5's second attempt.
+        """
+        head = self._ledger.oldest()
+        if head is None or head.state is not _QUEUED:
+            return
+        consumer = self._pool.pick()
+        if consumer is None:
+            return
+        fresh = self._fresh
+        while fresh and fresh[0].state is not _QUEUED:  # finished or delivered meanwhile
+            fresh.popleft()
+        if fresh and fresh[0] is head:
+            fresh.popleft()
+        else:
+            # A due or withdrawn retry; several wait only after the consumers shrank to one.
+            self._due_retries.remove(head)
+        self._deliver(head, consumer, out)
 
     def _drain(self, queue: collections.deque[TrackedMessage], out: list[Command]) -> None:
         while queue:
@@ -332,8 +408,7 @@ class SubscriptionMachine:
         message.attempts += 1
         if not message.replayed:
             self._stream_in_flight += 1
-        deadline = self._now + self._settings.message_timeout
-        self._in_flight[delivery_id] = Delivery(delivery_id, consumer, message, deadline)
+        self._in_flight[delivery_id] = Delivery(delivery_id, consumer, message)
         self._pool.take(consumer)
         key = self._pinned_key(message)
         if key is not None:
@@ -359,6 +434,7 @@ class SubscriptionMachine:
         delivery = self._in_flight.pop(delivery_id, None)
         if delivery is None:
             return None
+        self._deadlines.pop(delivery_id, None)
         if self._pool.release(delivery.consumer) and self._pinned:
             self._dirty.add(delivery.consumer)
         message = delivery.message
@@ -375,7 +451,8 @@ class SubscriptionMachine:
     def _complete(self, message: TrackedMessage, out: list[Command]) -> None:
         message.state = MessageState.DONE
         if message.replayed:
-            out.append(ReplayDone(message.envelope.position))
+            del self._replays[message.envelope.position]
+            out.append(ReplayDone(message.envelope.position, self._epoch))
         else:
             self._finish_stream(message)
         self._touch(message)
@@ -383,33 +460,50 @@ class SubscriptionMachine:
     def _fail(self, message: TrackedMessage, error: str, out: list[Command]) -> None:
         limit = self._settings.max_retry_count
         if message.attempts >= limit:
-            self._park(message, f"{error} (attempt {message.attempts} of {limit})", out)
+            # A replay counts its attempts afresh (the parked row adds them to the earlier
+            # ones), so its reason says so rather than repeat numbers the row already has.
+            kind = "replay attempt" if message.replayed else "attempt"
+            self._park(message, f"{error} ({kind} {message.attempts} of {limit})", out)
             return
         self._retries.schedule(message, self._now + self._settings.retry_delay(message.attempts))
         self._touch(message)
 
     def _park(self, message: TrackedMessage, reason: str, out: list[Command]) -> None:
         message.state = MessageState.PARKING
-        self._parking.setdefault(message.envelope.position, []).append(message)
-        out.append(Park(message.envelope, message.attempts, reason, message.replayed))
+        park = Park(message.envelope, message.attempts, reason, self._epoch, message.replayed)
+        self._parking.setdefault((message.envelope.position, self._epoch), []).append(message)
+        out.append(park)
         self._touch(message)
 
-    def _queue(self, message: TrackedMessage) -> None:
-        """Queue a due retry or a new replay where its strategy takes it from."""
+    def _withdraw(self, delivery: Delivery) -> None:
+        message = self._end_delivery(delivery.delivery_id)
+        if message is not None:
+            message.attempts -= 1
+            self._queue(message, ahead=True)
+
+    def _queue(self, message: TrackedMessage, *, ahead: bool = False) -> None:
+        """Queue a due retry, a new replay or (`ahead` of the others) a withdrawn message
+        where its strategy takes it from.
+        """
         message.state = _QUEUED
         key = self._pinned_key(message)
         if key is not None:
             if message.replayed:
-                self._keys.add_replay(message, key)
+                self._keys.add_replay(message, key, ahead=ahead)
             self._touched.add(key)
         elif message.replayed:
-            self._free_replays.append(message)
+            if ahead:
+                self._free_replays.appendleft(message)
+            else:
+                self._free_replays.append(message)
+        elif ahead:
+            self._due_retries.appendleft(message)
         else:
             self._due_retries.append(message)
 
     def _finish_stream(self, message: TrackedMessage) -> None:
         self._ledger.finish(message.envelope.position)
-        self._checkpoints.count_finished()
+        self._checkpoints.count_finished(self._now)
 
     def _touch(self, message: TrackedMessage) -> None:
         key = self._pinned_key(message)

@@ -1,10 +1,21 @@
-"""Subscription settings: validated once, stored as a JSON object."""
+"""Subscription settings: validated once, stored as a JSON object.
+
+Every setting's default, one-line description, unit and bounds live in its dataclass field's
+metadata; `SETTINGS` lists them as `SettingSpec` records, the one source for validation, CLI
+option help and the README table.
+"""
 
 import dataclasses
 import math
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
+
+_SPEC = "setting"
+"""The key of a field's metadata holding its `_Doc`."""
+
+WEEK = 604_800
+"""The longest time any setting may be, in seconds: a longer one is a typo, not a plan."""
 
 
 class Strategy(StrEnum):
@@ -15,16 +26,78 @@ class Strategy(StrEnum):
     PINNED = "pinned"
 
 
-_MINIMUM_INTEGERS = {
-    "consumers": 1,
-    "max_in_flight": 1,
-    "max_retry_count": 1,
-    "read_batch_size": 1,
-    "buffer_size": 1,
-    "min_checkpoint_count": 1,
-    "max_checkpoint_count": 1,
-}
-_POSITIVE_SECONDS = ("message_timeout", "retry_backoff_initial", "retry_backoff_max")
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Doc:
+    description: str
+    unit: str
+    minimum: int | float | None
+    maximum: int | float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SettingSpec:
+    """What a CLI option or a README table row needs to know of one setting.
+
+    `kind` is int, float (seconds) or Strategy; `minimum`/`maximum` are inclusive and None
+    for strategy, whose `choices` are its values instead.
+    """
+
+    name: str
+    kind: type
+    description: str
+    unit: str
+    minimum: int | float | None
+    maximum: int | float | None
+    default: object
+    choices: tuple[str, ...] = ()
+
+    @property
+    def help(self) -> str:
+        """One line for `--option` help: description, then range or choices and default."""
+        default = self.default.value if isinstance(self.default, Strategy) else self.default
+        if self.choices:
+            allowed = "one of " + ", ".join(self.choices)
+        else:
+            allowed = f"{self.minimum}..{self.maximum}{' ' + self.unit if self.unit else ''}"
+        return f"{self.description} ({allowed}; default {default})"
+
+    def check(self, value: object) -> None:
+        """Raise ValueError naming this setting and `value` unless it is allowed."""
+        if self.kind is Strategy:
+            if not isinstance(value, Strategy):
+                raise ValueError(f"{self.name} must be one of {list(self.choices)}, got {value!r}")
+            return
+        # bool is an int subclass; `consumers=True` is a mistake, not 1.
+        kinds = (int,) if self.kind is int else (int, float)
+        if not (
+            type(value) in kinds
+            and isinstance(value, int | float)
+            and math.isfinite(value)
+            and self.minimum is not None
+            and self.maximum is not None
+            and self.minimum <= value <= self.maximum
+        ):
+            what = "an integer" if self.kind is int else "a number of seconds"
+            raise ValueError(
+                f"{self.name} must be {what} from {self.minimum} to {self.maximum}, got {value!r}"
+            )
+
+
+def _setting(
+    default: object,
+    description: str,
+    unit: str = "",
+    minimum: int | float | None = None,
+    maximum: int | float | None = None,
+) -> Any:
+    return dataclasses.field(
+        default=default, metadata={_SPEC: _Doc(description, unit, minimum, maximum)}
+    )
+
+
+def _seconds(default: float, description: str, minimum: float = 0.001) -> Any:
+    # 0.001 s: below a millisecond a timeout or backoff is a unit mistake (1e-300 was taken).
+    return _setting(default, description, "seconds", minimum, WEEK)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,36 +106,43 @@ class SubscriptionSettings:
 
     max_retry_count counts delivery attempts, the first included: the attempt that would be
     number max_retry_count + 1 is not made, the message is parked instead.
+    The upper bounds keep a typo from sizing the daemon: consumers=2147483648 once made it
+    die of MemoryError.
     """
 
-    strategy: Strategy
-    consumers: int
-    max_in_flight: int
-    message_timeout: float = 30.0
-    max_retry_count: int = 10
-    retry_backoff_initial: float = 0.1
-    retry_backoff_max: float = 10.0
-    read_batch_size: int = 500
-    buffer_size: int = 1000
-    checkpoint_after: float = 2.0
-    min_checkpoint_count: int = 10
-    max_checkpoint_count: int = 1000
+    # _setting returns a dataclasses.field, which ruff cannot see through.
+    strategy: Strategy = _setting(  # noqa: RUF009
+        Strategy.ROUND_ROBIN, "How messages are spread over the consumers"
+    )
+    # One consumer with one message in flight delivers strictly in Position order; more
+    # consumers are an explicit choice.
+    consumers: int = _setting(1, "Handler instances working in parallel", "consumers", 1, 1024)
+    max_in_flight: int = _setting(1, "Messages one consumer handles at once", "messages", 1, 10_000)
+    message_timeout: float = _seconds(30.0, "How long a handler may run before it counts failed")
+    max_retry_count: int = _setting(
+        10, "Delivery attempts, the first included, before a message is parked", "attempts", 1, 1000
+    )
+    retry_backoff_initial: float = _seconds(0.1, "Wait before the second attempt; doubles after")
+    retry_backoff_max: float = _seconds(10.0, "Longest wait between two attempts")
+    read_batch_size: int = _setting(
+        500, "Rows read from the outbox in one query", "rows", 1, 100_000
+    )
+    buffer_size: int = _setting(
+        1000, "Read messages held before reading pauses", "messages", 1, 1_000_000
+    )
+    checkpoint_after: float = _seconds(
+        2.0, "Seconds between checkpoint writes, and idle time that forces one", minimum=0.0
+    )
+    min_checkpoint_count: int = _setting(
+        10, "Finished messages before a timed checkpoint write", "messages", 1, 1_000_000
+    )
+    max_checkpoint_count: int = _setting(
+        1000, "Finished messages that force a checkpoint write", "messages", 1, 1_000_000
+    )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.strategy, Strategy):
-            raise ValueError(f"strategy must be one of {_strategy_names()}, got {self.strategy!r}")
-        for name, minimum in _MINIMUM_INTEGERS.items():
-            value = getattr(self, name)
-            # bool is an int subclass; `consumers=True` is a mistake, not 1.
-            if type(value) is not int or value < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-        for name in (*_POSITIVE_SECONDS, "checkpoint_after"):
-            value = getattr(self, name)
-            if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-        for name in _POSITIVE_SECONDS:
-            if getattr(self, name) == 0:
-                raise ValueError(f"{name} must be greater than 0, got {getattr(self, name)!r}")
+        for spec in SETTINGS:
+            spec.check(getattr(self, spec.name))
         if self.retry_backoff_max < self.retry_backoff_initial:
             raise ValueError(
                 f"retry_backoff_max ({self.retry_backoff_max!r}) must be >= "
@@ -88,29 +168,49 @@ class SubscriptionSettings:
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, object]) -> "SubscriptionSettings":
-        """Build from a stored JSON object; unknown or missing keys are errors naming the key."""
-        names = [field.name for field in dataclasses.fields(cls)]
+        """Build from a stored JSON object; a missing key takes its default, an unknown key
+        is an error naming it.
+        """
         for key in mapping:
-            if key not in names:
+            if key not in SETTINGS_BY_NAME:
                 raise ValueError(f"unknown subscription setting {key!r}")
-        for field in dataclasses.fields(cls):
-            if field.default is dataclasses.MISSING and field.name not in mapping:
-                raise ValueError(f"missing subscription setting {field.name!r}")
         values: dict[str, Any] = dict(mapping)
-        strategy = values["strategy"]
-        if strategy not in _strategy_names():
-            raise ValueError(f"strategy must be one of {_strategy_names()}, got {strategy!r}")
-        values["strategy"] = Strategy(strategy)
+        if "strategy" in values:
+            strategy = values["strategy"]
+            if strategy not in _strategy_names():
+                raise ValueError(f"strategy must be one of {_strategy_names()}, got {strategy!r}")
+            values["strategy"] = Strategy(strategy)
         return cls(**values)
 
     def to_mapping(self) -> dict[str, object]:
         """The JSON object from_mapping reads back; strategy as its string value."""
-        mapping: dict[str, object] = {
-            field.name: getattr(self, field.name) for field in dataclasses.fields(self)
-        }
+        mapping: dict[str, object] = {spec.name: getattr(self, spec.name) for spec in SETTINGS}
         mapping["strategy"] = self.strategy.value
         return mapping
 
 
 def _strategy_names() -> list[str]:
     return [strategy.value for strategy in Strategy]
+
+
+def _spec(field: "dataclasses.Field[Any]") -> SettingSpec:
+    doc: _Doc = field.metadata[_SPEC]
+    kind = field.type if isinstance(field.type, type) else type(field.default)
+    choices = tuple(_strategy_names()) if kind is Strategy else ()
+    return SettingSpec(
+        field.name,
+        kind,
+        doc.description,
+        doc.unit,
+        doc.minimum,
+        doc.maximum,
+        field.default,
+        choices,
+    )
+
+
+SETTINGS: tuple[SettingSpec, ...] = tuple(
+    _spec(field) for field in dataclasses.fields(SubscriptionSettings)
+)
+"""Every setting in declaration order, for validation, CLI options and documentation."""
+SETTINGS_BY_NAME: Mapping[str, SettingSpec] = {spec.name: spec for spec in SETTINGS}

@@ -45,7 +45,8 @@ class Delivery:
     delivery_id: int
     consumer: int
     message: TrackedMessage
-    deadline: float
+    deadline: float | None = None
+    """When it times out; None until its handler starts, so waiting for a thread is free."""
 
     @property
     def is_current(self) -> bool:

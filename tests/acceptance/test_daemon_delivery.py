@@ -9,20 +9,24 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from poller.demo.workload import WorkloadShape, run_writers
-from poller.positions import START
-from tests.acceptance.cli import outbox_command
+from operations.demo.workload import WorkloadShape, run_writers
+from outbox.positions import START
+from tests.support.cli import outbox_command
 from tests.support.daemons import (
     DaemonGroup,
-    append_committed,
     create_handled_table,
-    create_subscription,
     daemon_group,
     handled_positions,
     handled_rows,
-    stored_checkpoint,
     wait_for_all_handled,
     wait_until,
+)
+from tests.support.stored import (
+    create_subscription,
+    stored_checkpoint,
+)
+from tests.support.writers import (
+    append_committed,
 )
 
 
@@ -86,8 +90,8 @@ def test_a_long_transaction_holds_delivery_back_and_is_named(
         def stall_warning() -> re.Match[str] | None:
             assert not handled_positions(database_url) & later, "delivered past a running xid"
             return re.search(
-                r"WARNING poller\.daemon\.session: subscription sub: committed messages have"
-                r" waited .*held back by: (.*)",
+                r"WARNING poller\.daemon\.leadership_term: subscription sub: committed messages"
+                r" have waited .*held back by: (.*)",
                 daemon.log(),
             )
 

@@ -11,27 +11,31 @@ from pathlib import Path
 
 import pytest
 
-from poller.demo.workload import WorkloadShape
-from poller.positions import START, Position
+from operations.demo.workload import WorkloadShape
+from outbox.positions import START, Position
 from tests.support.daemons import (
     Daemon,
     DaemonGroup,
     Handled,
-    WorkloadLoop,
     assert_resumed_exactly_after,
     count_handled_by,
     create_handled_table,
-    create_subscription,
-    current_leader,
     daemon_backend_pids,
     daemon_group,
-    delivery_order,
     handled_rows,
-    stored_checkpoint,
     terminate_daemon_backends,
     wait_for_all_handled,
     wait_for_deliveries,
     wait_until,
+)
+from tests.support.stored import (
+    create_subscription,
+    current_leader,
+    delivery_order,
+    stored_checkpoint,
+)
+from tests.support.writers import (
+    WorkloadLoop,
 )
 
 # Checkpoints are batched: a crash re-delivers what finished after the last stored one, at

@@ -5,7 +5,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.acceptance.cli import outbox_command
+from tests.support.cli import outbox_command
 from tests.support.databases import PROJECT_ROOT, DatabaseFactory
 
 

@@ -178,6 +178,14 @@ def test_fields_are_stored_as_given(database_url: str) -> None:
     )
 
 
+def nested(depth: int) -> object:
+    """`depth` lists, one inside the next, built without recursion."""
+    value: object = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 BAD_APPENDS: list[tuple[str, dict[str, Any], str]] = [
     ("publication", {"publication": ""}, "must not be empty"),
     ("publication", {"publication": "p" * 201}, "the limit is 200"),
@@ -189,6 +197,21 @@ BAD_APPENDS: list[tuple[str, dict[str, Any], str]] = [
     ("headers", {"headers": ["not", "a", "mapping"]}, "must be a mapping"),
     ("data", {"data": "x" * 2_000_000}, "the limit is 1048576"),
     ("partition_key", {"partition_key": ""}, "must not be empty"),
+    ("publication", {"publication": "ord\ud800ers"}, "lone surrogate (U+D800)"),
+    ("message_type", {"message_type": "\ud800"}, "lone surrogate (U+D800)"),
+    ("message_id", {"message_id": "id-\udfff"}, "lone surrogate (U+DFFF)"),
+    ("partition_key", {"partition_key": "\udc80"}, "lone surrogate (U+DC80)"),
+    ("data", {"data": "\ud800"}, "lone surrogate (U+D800)"),
+    ("data.items[1].name", {"data": {"items": [{}, {"name": "a\ud800"}]}}, "lone surrogate"),
+    ("data.ke\ud800y", {"data": {"ke\ud800y": 1}}, "lone surrogate"),
+    ("headers.trace", {"headers": {"trace": "\ud800"}}, "lone surrogate"),
+    ("headers.\ud800", {"headers": {"\ud800": "x"}}, "lone surrogate"),
+    ("data" + "[0]" * 1000, {"data": nested(100_000)}, "nested more than 1000 levels deep"),
+    ("headers.h" + "[0]" * 999, {"headers": {"h": nested(100_000)}}, "more than 1000 levels"),
+    ("publication", {"publication": "   "}, "is only whitespace"),
+    ("publication", {"publication": "orders\n"}, "control character (U+000A)"),
+    ("publication", {"publication": "ord\u202eers"}, "format character (U+202E)"),
+    ("publication", {"publication": " orders"}, "starts or ends with whitespace"),
 ]
 
 
@@ -213,6 +236,14 @@ def test_bad_input_names_the_field_and_leaves_the_transaction_usable(
         conn.commit()
         assert conn.execute("SELECT count(*) FROM business").fetchone() == (2,)
     assert count_rows(database_url) == 0
+
+
+def test_a_name_with_quotes_semicolons_and_markup_is_stored_as_given(database_url: str) -> None:
+    name = 'o\'rders; [/] "v2"'
+    with psycopg.connect(database_url) as conn:
+        outbox.append(conn, name, "T", {})
+        conn.commit()
+    assert count_rows(database_url, name) == 1
 
 
 def test_a_bad_message_in_a_batch_writes_none_of_it(database_url: str) -> None:

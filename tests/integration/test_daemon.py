@@ -1,5 +1,6 @@
 """The daemon in-process against a real database: order, checkpoints, retries, parking, replay."""
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -9,11 +10,11 @@ import psycopg
 import pytest
 
 import outbox
+from outbox.positions import Position
 from poller import administration
 from poller.message import Message
 from poller.outcomes import ParkMessage, SkipMessage
-from poller.positions import Position
-from tests.support.inprocess import running_daemon
+from tests.support.inprocess import FAST, running_daemon
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -212,3 +213,44 @@ def test_reading_resumes_after_a_seek_empties_a_full_stuck_buffer(database_url: 
         fresh = append(database_url, 1, partition_key="k")[0]
         wait_for(lambda: fresh in recorder.positions(), timeout=10)
     assert recorder.positions() == [stuck[0], fresh]
+
+
+def test_a_failing_stall_diagnosis_never_stops_delivery(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    subscribe(database_url)
+    with psycopg.connect(database_url) as conn:
+        # The view the diagnosis reads breaks (an xid it cannot widen, a privilege missing).
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION outbox.widen_xid(running xid) RETURNS xid8"
+            " LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'diagnosis broken'; END$$"
+        )
+    recorder = Recorder()
+    options = dataclasses.replace(FAST, stall_threshold=0.1)
+    with running_daemon(database_url, ["sub"], recorder, options):
+        with psycopg.connect(database_url) as blocker:
+            blocker.execute("SELECT pg_current_xact_id()")
+            written = append(database_url, 3)
+            wait_for(lambda: "cannot name the blockers" in caplog.text)
+        wait_for(lambda: recorder.positions() == written)
+
+
+def test_a_timeout_counts_handler_time_not_time_waiting_for_a_thread(database_url: str) -> None:
+    """Review: one slow message, message_timeout 1, one handler thread: messages waiting for
+    the thread were parked "timed out after 1.0s" without their handler ever being called.
+    One attempt each, so any such timeout shows as a parked row."""
+    subscribe(database_url, consumers=4, message_timeout=1.0, max_retry_count=1)
+    written = append(database_url, 6)
+    slow = written[0]
+
+    def sleep_on_the_first(message: Message) -> None:
+        if message.position == slow:
+            time.sleep(2.5)
+
+    recorder = Recorder(sleep_on_the_first)
+    options = dataclasses.replace(FAST, handler_threads=1)
+    with running_daemon(database_url, ["sub"], recorder, options):
+        wait_for(lambda: set(recorder.positions()) >= set(written[1:]), timeout=30)
+    with psycopg.connect(database_url) as conn:
+        parked = {row[0] for row in conn.execute("SELECT position FROM outbox.parked_messages")}
+    assert parked <= {slow}, f"parked without their handler timing out: {parked - {slow}}"

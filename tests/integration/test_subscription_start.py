@@ -5,7 +5,7 @@ import psycopg
 
 import outbox
 from poller import administration
-from poller.reader import read_batch
+from poller.store.message_reads import read_batch
 
 
 def test_from_end_does_not_skip_a_transaction_open_below_the_newest_row(

@@ -3,18 +3,17 @@
 A test starts daemons through a `DaemonGroup` (a context manager that SIGKILLs whatever is
 still running when the test ends, pass or fail), then faults them: SIGKILL, SIGSTOP/SIGCONT,
 pg_terminate_backend. What was delivered is read back from the `handled` table that
-tests.support.recording_handler fills; where the checkpoint went, from outbox.subscriptions.
+tests.support.recording_handler fills; what the subscription looks like, through
+tests.support.stored and tests.support.samplers.
 Conditions are polled with deadlines (`wait_until`), never slept on.
 """
 
 import bisect
-import dataclasses
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,15 +23,13 @@ from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 
-import outbox
-from poller import administration
-from poller.demo.workload import WorkloadShape, run_writers
-from poller.positions import Position
-from tests.support.databases import PROJECT_ROOT
+from outbox.positions import Position
+from tests.support.cli import outbox_environment
+from tests.support.databases import PROJECT_ROOT, close_probe, probe
+from tests.support.stored import HOLDER_PREFIX, current_leader
 
 HANDLER = "tests.support.recording_handler:record"
 SLOW_HANDLER = "tests.support.recording_handler:record_slowly"
-HOLDER_PREFIX = "outbox-poller:"
 
 T = TypeVar("T")
 
@@ -50,27 +47,6 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
-
-
-# One autocommit connection per database and thread for the many small polling queries: a
-# new connection per poll would fork a backend every 20 ms and load the machine under test.
-_probes = threading.local()
-
-
-def probe(url: str) -> psycopg.Connection[Any]:
-    connections: dict[str, psycopg.Connection[Any]] = _probes.__dict__.setdefault("by_url", {})
-    conn = connections.get(url)
-    if conn is None or conn.closed:
-        conn = psycopg.connect(url, autocommit=True, application_name="outbox-test-probe")
-        connections[url] = conn
-    return conn
-
-
-def close_probe(url: str) -> None:
-    connections: dict[str, psycopg.Connection[Any]] = _probes.__dict__.get("by_url", {})
-    conn = connections.pop(url, None)
-    if conn is not None:
-        conn.close()
 
 
 # The handled table --------------------------------------------------------------------------
@@ -140,18 +116,6 @@ def count_handled_by(url: str, pid: int) -> int:
     return int(row[0])
 
 
-def delivery_order(url: str, publication: str) -> list[Position]:
-    """Every message of the publication (committed ones: rolled-back rows are gone), in the
-    order a single consumer must see them."""
-    conn = probe(url)
-    rows = conn.execute(
-        "SELECT transaction_id::text::bigint, position FROM outbox.messages"
-        " WHERE publication_id = %s ORDER BY transaction_id, position",
-        (publication,),
-    ).fetchall()
-    return [Position(tx, pos) for tx, pos in rows]
-
-
 def assert_resumed_exactly_after(
     order: Sequence[Position], start: Position, delivered: Sequence[Position], who: str
 ) -> None:
@@ -164,54 +128,19 @@ def assert_resumed_exactly_after(
     )
 
 
-# The subscription as stored -----------------------------------------------------------------
+# Daemon sessions ----------------------------------------------------------------------------
 
-
-class Leader(NamedTuple):
-    token: int
-    holder: str
-    pid: int
-    since: Any
-    expires_at: Any
-
-
-def create_subscription(url: str, name: str, publication: str, **settings: Any) -> None:
-    """A subscription from the start of the publication (what `outbox subscription create
-    NAME --publication P --from start --setting ...` does, without a process start)."""
-    with psycopg.connect(url) as conn:
-        administration.create(conn, name, publication, "start", settings)
-
-
-def stored_checkpoint(url: str, subscription: str) -> Position:
-    conn = probe(url)
-    row = conn.execute(
-        "SELECT last_processed_transaction_id::text::bigint, last_processed_position"
-        " FROM outbox.subscriptions WHERE subscription_id = %s",
-        (subscription,),
-    ).fetchone()
-    assert row is not None, f"no subscription {subscription!r}"
-    return Position(row[0], row[1])
-
-
-def current_leader(url: str, subscription: str) -> Leader | None:
-    conn = probe(url)
-    row = conn.execute(
-        "SELECT token, holder, pid, since, expires_at FROM outbox.subscription_leaders"
-        " WHERE subscription_id = %s",
-        (subscription,),
-    ).fetchone()
-    return None if row is None else Leader(*row)
+# The daemon sessions (leaders, standbys, LISTEN) in this database: the server may be shared,
+# and other databases' daemons are none of this test's business.
+DAEMON_BACKENDS = (
+    "SELECT pid FROM pg_stat_activity"
+    " WHERE application_name LIKE %s AND datname = current_database()"
+)
 
 
 def daemon_backend_pids(url: str) -> list[int]:
-    """The server pids of the daemon sessions (leaders, standbys, LISTEN) in this database
-    (the server may be shared: other databases' daemons are none of this test's business)."""
-    conn = probe(url)
-    rows = conn.execute(
-        "SELECT pid FROM pg_stat_activity"
-        " WHERE application_name LIKE %s AND datname = current_database()",
-        (HOLDER_PREFIX + "%",),
-    ).fetchall()
+    """The server pids of the daemon sessions in this database."""
+    rows = probe(url).execute(DAEMON_BACKENDS, (HOLDER_PREFIX + "%",)).fetchall()
     return [row[0] for row in rows]
 
 
@@ -219,10 +148,7 @@ def terminate_daemon_backends(url: str) -> list[int]:
     """pg_terminate_backend every daemon session in this database; the pids terminated."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity"
-            " WHERE application_name LIKE %s AND datname = current_database()"
-            " AND pg_terminate_backend(pid)",
-            (HOLDER_PREFIX + "%",),
+            DAEMON_BACKENDS + " AND pg_terminate_backend(pid)", (HOLDER_PREFIX + "%",)
         ).fetchall()
     return [row[0] for row in rows]
 
@@ -231,13 +157,13 @@ def terminate_daemon_backends(url: str) -> list[int]:
 
 
 def daemon_environment(url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
-    env["OUTBOX_DATABASE_URL"] = url
-    env["OUTBOX_LOG_LEVEL"] = "INFO"
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )
-    return env
+    """INFO logs (what the tests read), and the project on the path for the test handlers."""
+    pythonpath = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return outbox_environment(url, OUTBOX_LOG_LEVEL="INFO", PYTHONPATH=pythonpath)
+
+
+def _term_started(subscription: str) -> str:
+    return rf"leading {re.escape(subscription)} from (\d+):(\d+) \(epoch"
 
 
 @dataclass
@@ -283,15 +209,18 @@ class Daemon:
 
     def leading_from(self, subscription: str, timeout: float = 30) -> Position:
         """The checkpoint this daemon's leadership term started from (its log says)."""
-        match = self.wait_for_log(
-            rf"leading {re.escape(subscription)} from (\d+):(\d+) \(epoch", timeout
-        )
+        match = self.wait_for_log(_term_started(subscription), timeout)
         return Position(int(match[1]), int(match[2]))
 
     def terms(self, subscription: str) -> list[Position]:
         """Every checkpoint a leadership term of this daemon started from, in order."""
-        pattern = rf"leading {re.escape(subscription)} from (\d+):(\d+) \(epoch"
-        return [Position(int(tx), int(pos)) for tx, pos in re.findall(pattern, self.log())]
+        found = re.findall(_term_started(subscription), self.log())
+        return [Position(int(tx), int(pos)) for tx, pos in found]
+
+    def consumer_changes(self, subscription: str, consumers: int) -> int:
+        """How many times this daemon applied a consumer count of `consumers` (its log says)."""
+        pattern = rf"subscription {re.escape(subscription)}: {consumers} consumers\b"
+        return len(re.findall(pattern, self.log()))
 
     def wait_for_terms(self, subscription: str, count: int, timeout: float = 30) -> None:
         wait_until(
@@ -334,7 +263,7 @@ class DaemonGroup:
                 [
                     sys.executable,
                     "-m",
-                    "poller.cli",
+                    "operations.cli",
                     "poll",
                     "--subscription",
                     subscription,
@@ -382,187 +311,10 @@ def wait_for_deliveries(url: str, daemon: Daemon, count: int, timeout: float = 3
     )
 
 
-# Writers ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Written:
-    """What writers committed and rolled back, by position; thread-safe."""
-
-    committed: set[int] = field(default_factory=set)
-    rolled_back: set[int] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, positions: Sequence[int], *, committed: bool) -> None:
-        with self.lock:
-            (self.committed if committed else self.rolled_back).update(positions)
-
-    def committed_snapshot(self) -> set[int]:
-        with self.lock:
-            return set(self.committed)
-
-
-def append_committed(url: str, publication: str, count: int) -> list[int]:
-    """`count` messages, each committed in its own transaction, in order."""
-    positions = []
-    with psycopg.connect(url) as conn:
-        for n in range(count):
-            with conn.transaction():
-                positions.append(outbox.append(conn, publication, "TestEvent", {"n": n}))
-    return positions
-
-
-class WorkloadLoop:
-    """The demo's out-of-order writers (poller.demo.workload), round after round with a new
-    seed, in a background thread until stopped. Use as a context manager."""
-
-    def __init__(self, url: str, publication: str, shape: WorkloadShape) -> None:
-        self.url = url
-        self.publication = publication
-        self.shape = shape
-        self.written = Written()
-        self.rounds = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="workload-loop", daemon=True)
-
-    def __enter__(self) -> "WorkloadLoop":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-    def stop(self) -> Written:
-        """Stop after the current round; what every round committed and rolled back."""
-        self._stop.set()
-        self._thread.join(timeout=60)
-        if self.error is not None:
-            raise AssertionError(f"the writers failed: {self.error!r}") from self.error
-        return self.written
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self.rounds += 1
-                shape = dataclasses.replace(self.shape, seed=self.shape.seed + self.rounds)
-                tally = run_writers(self.url, self.publication, shape)
-                self.written.add(sorted(tally.committed), committed=True)
-                self.written.add(sorted(tally.rolled_back), committed=False)
-        except BaseException as error:  # reported by stop()
-            self.error = error
-
-
-class ContinuousWriter:
-    """A thread appending one message per transaction every `interval` seconds until stopped;
-    every fifth transaction rolls back. Use as a context manager."""
-
-    def __init__(self, url: str, publication: str, interval: float = 0.005) -> None:
-        self.url = url
-        self.publication = publication
-        self.interval = interval
-        self.written = Written()
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="continuous-writer", daemon=True)
-
-    def __enter__(self) -> "ContinuousWriter":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-    def stop(self) -> set[int]:
-        """Stop, and return every committed position."""
-        self._stop.set()
-        self._thread.join(timeout=30)
-        if self.error is not None:
-            raise AssertionError(f"the writer failed: {self.error!r}") from self.error
-        return self.written.committed_snapshot()
-
-    def _run(self) -> None:
-        try:
-            with psycopg.connect(self.url) as conn:
-                n = 0
-                while not self._stop.is_set():
-                    n += 1
-                    rolled_back = n % 5 == 0
-                    position = 0
-                    with conn.transaction() as transaction:
-                        position = outbox.append(conn, self.publication, "TestEvent", {"n": n})
-                        if rolled_back:
-                            raise psycopg.Rollback(transaction)
-                    self.written.add([position], committed=not rolled_back)
-                    self._stop.wait(self.interval)
-        except BaseException as error:  # reported by stop()
-            self.error = error
-
-
-# The checkpoint over time -------------------------------------------------------------------
-
-
-class CheckpointSample(NamedTuple):
-    observed_at: Any  # the server's clock_timestamp(), comparable with handled_at
-    checkpoint: Position
-    updated_at: Any
-    token: int | None
-    holder: str | None
-    runtime_at: Any
-
-
-class CheckpointLog:
-    """Samples the stored checkpoint and the lease row every `interval` s in a thread."""
-
-    def __init__(self, url: str, subscription: str, interval: float = 0.02) -> None:
-        self.url = url
-        self.subscription = subscription
-        self.interval = interval
-        self.samples: list[CheckpointSample] = []
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="checkpoint-log", daemon=True)
-
-    def __enter__(self) -> "CheckpointLog":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-    def stop(self) -> list[CheckpointSample]:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        if self.error is not None:
-            raise AssertionError(f"the checkpoint log failed: {self.error!r}") from self.error
-        return self.samples
-
-    def _run(self) -> None:
-        try:
-            with psycopg.connect(self.url, autocommit=True) as conn:
-                while not self._stop.is_set():
-                    # One statement, so the checkpoint and the lease row are one snapshot.
-                    row = conn.execute(
-                        "SELECT clock_timestamp(), s.last_processed_transaction_id::text::bigint,"
-                        " s.last_processed_position, s.updated_at, l.token, l.holder,"
-                        " l.runtime_at"
-                        " FROM outbox.subscriptions AS s"
-                        " LEFT JOIN outbox.subscription_leaders AS l USING (subscription_id)"
-                        " WHERE s.subscription_id = %s",
-                        (self.subscription,),
-                    ).fetchone()
-                    assert row is not None
-                    observed_at, tx, pos, updated_at, token, holder, runtime_at = row
-                    self.samples.append(
-                        CheckpointSample(
-                            observed_at,
-                            Position(tx, pos),
-                            updated_at,
-                            token,
-                            holder,
-                            runtime_at,
-                        )
-                    )
-                    self._stop.wait(self.interval)
-        except BaseException as error:  # reported by stop()
-            self.error = error
+def leader_among(url: str, subscription: str, pool: Sequence[Daemon]) -> Daemon | None:
+    """The daemon of `pool` that holds the lease and has started its term, if any."""
+    lease = current_leader(url, subscription)
+    for daemon in pool:
+        if lease is not None and daemon.pid == lease.pid and daemon.alive():
+            return daemon if daemon.terms(subscription) else None
+    return None

@@ -3,20 +3,23 @@
 Order: OUTBOX_TEST_DATABASE_URL if set; else a testcontainers PostgreSQL when a Docker engine
 answers; else the embedded PostgreSQL (kept under .outbox/test-pgdata and reused). Each test
 gets a database cloned from a migrated template (CREATE DATABASE ... TEMPLATE), as pgqueuer
-does, which takes milliseconds instead of a migration run per test.
+does, which takes milliseconds instead of a migration run per test. `probe` is the cheap
+connection tests poll that database through.
 """
 
 import contextlib
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from poller.database import migrations
+from outbox import schema_migrations as migrations
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,6 +30,27 @@ def with_database(url: str, dbname: str) -> str:
 
 def database_name(url: str) -> str:
     return str(conninfo_to_dict(url).get("dbname", "postgres"))
+
+
+# One autocommit connection per database and thread for the many small polling queries: a
+# new connection per poll would fork a backend every 20 ms and load the machine under test.
+_probes = threading.local()
+
+
+def probe(url: str) -> psycopg.Connection[Any]:
+    connections: dict[str, psycopg.Connection[Any]] = _probes.__dict__.setdefault("by_url", {})
+    conn = connections.get(url)
+    if conn is None or conn.closed:
+        conn = psycopg.connect(url, autocommit=True, application_name="outbox-test-probe")
+        connections[url] = conn
+    return conn
+
+
+def close_probe(url: str) -> None:
+    connections: dict[str, psycopg.Connection[Any]] = _probes.__dict__.get("by_url", {})
+    conn = connections.pop(url, None)
+    if conn is not None:
+        conn.close()
 
 
 def _docker_answers() -> bool:
@@ -51,7 +75,7 @@ def server_url() -> Iterator[str]:
         with PostgresContainer("postgres:18", driver=None) as container:
             yield container.get_connection_url()
         return
-    from poller.database.embedded import embedded_database_url
+    from operations.embedded_server import embedded_database_url
 
     url = embedded_database_url(PROJECT_ROOT / ".outbox" / "test")
     with psycopg.connect(url, autocommit=True) as conn:

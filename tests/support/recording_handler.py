@@ -10,6 +10,7 @@ has no primary key, so a message delivered twice shows up twice. The test create
 
 import os
 import random
+import sys
 import threading
 import time
 from typing import Any
@@ -50,3 +51,15 @@ def record_slowly(message: Message) -> None:
     """Like `record`, after 2 to 6 ms of work: widens the windows in which faults land."""
     time.sleep(random.uniform(0.002, 0.006))
     record(message)
+
+
+def record_unless_hostile(message: Message) -> None:
+    """`record`, except for message types that act out what a careless handler does."""
+    if message.message_type == "RaisesNul":
+        # PostgreSQL text cannot hold NUL; the daemon must still be able to park this.
+        raise ValueError("bad\x00byte " + "x" * 100_000)
+    if message.message_type == "CallsExit":
+        sys.exit(3)
+    record(message)
+    if message.message_type == "Blocks":
+        time.sleep(600)  # recorded first, so the test knows the handler started

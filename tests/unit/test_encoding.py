@@ -8,7 +8,7 @@ import uuid
 import pydantic
 import pytest
 
-from outbox.encoding import encode_json
+from outbox.encoding import MAX_JSON_DEPTH, encode_json
 from outbox.errors import InvalidMessageError
 
 
@@ -83,3 +83,68 @@ def test_a_custom_hook_extends_the_default() -> None:
         return value.cents if isinstance(value, Money) else None
 
     assert encode_json("data", {"m": Money()}, hook) == '{"m":250}'
+
+
+def nested(depth: int, leaf: object = 0) -> object:
+    """`leaf` inside `depth` lists, built without recursion."""
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ("a\ud800", "data"),
+        ({"items": [{}, {"name": "x\udfffy"}]}, "data.items[1].name"),
+        ({"ke\ud83dy": 1}, "data.ke\ud83dy"),
+        (Line("sku-\udc80", decimal.Decimal(1)), "data.sku"),  # found after the hook ran
+    ],
+)
+def test_lone_surrogates_are_refused_with_their_path(value: object, field: str) -> None:
+    with pytest.raises(InvalidMessageError, match="lone surrogate") as refused:
+        encode_json("data", value)
+    assert refused.value.field == field
+
+
+def test_the_surrogate_named_is_the_one_utf8_could_not_encode() -> None:
+    with pytest.raises(InvalidMessageError, match=r"\(U\+DFFF\)"):
+        encode_json("data", ["é", "\udfff"])
+
+
+def test_text_beyond_ascii_still_encodes() -> None:
+    assert encode_json("data", {"clé": "Zoë \U0001f600"}) == '{"clé":"Zoë \U0001f600"}'
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 100_000])
+def test_nesting_past_the_limit_is_refused_where_it_goes_too_deep(depth: int) -> None:
+    with pytest.raises(InvalidMessageError, match="more than 1000 levels deep") as refused:
+        encode_json("data", {"items": [1, nested(depth - 2)]})
+    assert refused.value.field == "data.items[1]" + "[0]" * (MAX_JSON_DEPTH - 2)
+
+
+def test_nesting_through_dict_keys_is_named_by_its_keys() -> None:
+    value: object = {}
+    for _ in range(5000):
+        value = {"a": value}
+    with pytest.raises(InvalidMessageError) as refused:
+        encode_json("data", value)
+    assert refused.value.field == "data" + ".a" * MAX_JSON_DEPTH
+
+
+def test_depth_the_walk_cannot_see_is_still_refused_by_field() -> None:
+    class Chain:
+        """Each one encodes as a list holding another: endless depth behind the hook."""
+
+    with pytest.raises(InvalidMessageError, match="too deeply to encode") as refused:
+        encode_json("data", Chain(), lambda _: [Chain()])
+    assert refused.value.field == "data"
+
+
+def test_the_limit_itself_is_not_called_too_deep() -> None:
+    # Exactly MAX_JSON_DEPTH levels: within the limit, but the test's own stack leaves the
+    # encoder too little room, so the refusal blames the call depth and not the value.
+    with pytest.raises(InvalidMessageError, match="at this call depth") as refused:
+        encode_json("data", nested(MAX_JSON_DEPTH))
+    assert refused.value.field == "data"

@@ -1,8 +1,9 @@
 import logging
+import time
 
 import pytest
 
-from poller.database.urls import PasswordMaskingFilter, mask_password
+from outbox.database_url import PasswordMaskingFilter, mask_password
 
 
 @pytest.mark.parametrize(
@@ -13,10 +14,25 @@ from poller.database.urls import PasswordMaskingFilter, mask_password
         ("postgresql://app@db/x", "postgresql://app@db/x"),
         ("host=db password=s3cret user=app", "host=db password=*** user=app"),
         ("host=db password='two words' user=app", "host=db password=*** user=app"),
+        # Malformed URLs psycopg reads as conninfo and quotes whole in its error.
+        (
+            'missing "=" after "postgresql//postgres:s3cretpw@127.0.0.1/x" in connection info',
+            'missing "=" after "postgresql//postgres:***@127.0.0.1/x" in connection info',
+        ),
+        ("postgresql:/app:s3cret@db/x", "postgresql:/app:***@db/x"),
+        ("app:s3cret@db:5432/x", "app:***@db:5432/x"),
     ],
 )
 def test_passwords_are_masked(text: str, masked: str) -> None:
     assert mask_password(text) == masked
+
+
+@pytest.mark.parametrize("text", ["postgresql://" + "u" * 1_000_000, "a://b:" * 200_000])
+def test_masking_a_long_value_takes_linear_time(text: str) -> None:
+    # Unbounded repeats scanned to the end from every start: minutes for a 100 KB URL.
+    started = time.monotonic()
+    mask_password(text)
+    assert time.monotonic() - started < 1
 
 
 def test_log_records_and_their_arguments_are_masked(caplog: pytest.LogCaptureFixture) -> None:

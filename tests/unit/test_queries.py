@@ -18,3 +18,19 @@ def test_the_poll_query_reads_below_the_snapshot_xmin_in_delivery_order() -> Non
     assert "pg_snapshot_xmin(pg_current_snapshot())" in query
     # Qualified, so the ORDER BY does not sort the text alias of transaction_id.
     assert "ORDER BY m.transaction_id, m.position" in query
+
+
+def test_a_fragment_is_included_where_a_block_names_it() -> None:
+    parsed = parse_queries("-- one --\nSELECT {{columns}} FROM t\n", {"columns": "a, b"})
+    assert parsed == {"one": "SELECT a, b FROM t"}
+
+
+def test_an_unknown_fragment_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"'one' includes \{\{nope\}\}"):
+        parse_queries("-- one --\nSELECT {{nope}}\n", {})
+
+
+def test_every_message_read_shares_the_message_columns() -> None:
+    for name in ("read_batch", "read_parked_messages"):
+        assert "m.data::text AS data, m.headers::text AS headers" in QUERIES[name]
+        assert "{{" not in QUERIES[name]

@@ -12,7 +12,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pyspark.sql import SparkSession
 
-from pipeline.session import outbox_session
+from pipeline.spark_session import outbox_session
 from tests.integration.pipeline.spark_doubles import FailingOutboxSource
 
 

@@ -17,10 +17,10 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
+from outbox.positions import Position
 from pipeline.arrow_schema import SPARK_SCHEMA
 from pipeline.options import SourceOptions, parse_source_options
 from pipeline.source import OutboxDataSource, OutboxStreamReader
-from poller.positions import Position
 
 TEST_OPTIONS = ("faultdirectory", "failafter")
 

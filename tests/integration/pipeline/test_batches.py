@@ -4,11 +4,11 @@ from typing import Any
 
 import psycopg
 
+from outbox.positions import START, Position
 from pipeline.batches import batch_end, split_points
 from pipeline.copy_reader import read_slice
 from pipeline.options import CopyDriver
 from pipeline.partitions import range_slices
-from poller.positions import START, Position
 from tests.integration.pipeline.writes import (
     append_committed,
     append_in_transaction,

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pytest
 
 import outbox
+from outbox.positions import START, Position
 from pipeline.arrow_schema import ARROW_SCHEMA
 from pipeline.copy_reader import APPLICATION_NAME, read_slice
 from pipeline.options import CopyDriver
 from pipeline.partitions import Slice, key_slices
-from poller.positions import START, Position
 from tests.integration.pipeline.writes import append_in_transaction
 
 DRIVERS = [CopyDriver.ADBC, CopyDriver.PSYCOPG]
@@ -40,7 +40,7 @@ def test_awkward_text_survives_the_copy_exactly(database_url: str, driver: CopyD
         )
         expected = conn.execute(
             "SELECT position, transaction_id::text::bigint, publication_id, message_id,"
-            " message_type, partition_key, data::text, headers::text, scheduled"
+            " message_type, partition_key, data::text, headers::text, appended_at"
             " FROM outbox.messages ORDER BY position"
         ).fetchall()
     part = Slice(START, Position(expected[-1][1], expected[-1][0]))

@@ -5,8 +5,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from outbox.positions import Position
 from pipeline.progress import SubscriptionConflictError, record_progress, start_subscription
-from poller.positions import Position
 
 
 def row_of(conn: psycopg.Connection[Any], subscription: str) -> tuple[Any, ...] | None:

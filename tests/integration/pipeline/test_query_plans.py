@@ -8,10 +8,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from outbox.positions import Position
 from pipeline.copy_reader import slice_statement
 from pipeline.partitions import Slice
 from pipeline.queries import pipeline_queries
-from poller.positions import Position
 
 TRANSACTIONS, ROWS_PER_TRANSACTION = 100, 2000
 

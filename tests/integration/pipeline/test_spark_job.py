@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
-from poller.cli.context import CommandContext
-from poller.cli.spark_command import spark as spark_group
-from poller.settings import PollerSettings
+from operations.cli.context import CommandContext
+from operations.cli.spark_command import spark as spark_group
+from operations.settings import CommandLineSettings
 from tests.integration.pipeline.writes import wait_until_quiet
 
 pytestmark = pytest.mark.spark
@@ -34,12 +34,12 @@ def test_message_type_counts_writes_closed_windows_to_parquet(
     spark: SparkSession, database_url: str, source_url: str, tmp_path: Path
 ) -> None:
     with psycopg.connect(database_url) as conn:
-        for n, (message_type, data, scheduled) in enumerate(MESSAGES):
+        for n, (message_type, data, appended_at) in enumerate(MESSAGES):
             conn.execute(
                 "INSERT INTO outbox.messages"
-                " (publication_id, message_id, message_type, data, scheduled)"
+                " (publication_id, message_id, message_type, data, appended_at)"
                 " VALUES ('orders', %s, %s, %s::jsonb, %s)",
-                [f"m-{n}", message_type, data, scheduled],
+                [f"m-{n}", message_type, data, appended_at],
             )
     wait_until_quiet(database_url)
     output = tmp_path / "counts"
@@ -49,7 +49,7 @@ def test_message_type_counts_writes_closed_windows_to_parquet(
         *("--output", str(output), "--checkpoint", str(tmp_path / "checkpoint")),
         *("--window", "1 minute", "--watermark", "1 minute"),
     ]
-    context = CommandContext(PollerSettings(database_url=source_url))
+    context = CommandContext(CommandLineSettings(database_url=source_url))
 
     result = CliRunner().invoke(spark_group, arguments, obj=context, catch_exceptions=False)
 

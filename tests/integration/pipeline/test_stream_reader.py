@@ -9,10 +9,10 @@ import pytest
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
+from outbox.positions import Position
 from pipeline.options import parse_source_options
 from pipeline.partitions import Slice
 from pipeline.source import OutboxDataSource, OutboxStreamReader
-from poller.positions import Position
 from tests.integration.pipeline.writes import append_committed, wait_until_quiet
 
 

@@ -6,8 +6,8 @@ from typing import Any, LiteralString
 import psycopg
 
 import outbox
-from poller.positions import Position
-from poller.reader import safe_frontier
+from outbox.positions import Position
+from poller.store.message_reads import safe_frontier
 
 
 def append_in_transaction(

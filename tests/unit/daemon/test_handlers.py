@@ -32,7 +32,7 @@ def a_message(data_text: str = '{"a": 1}') -> Message:
         partition_key=None,
         data_text=data_text,
         headers_text="{}",
-        scheduled=datetime.datetime.now(datetime.UTC),
+        appended_at=datetime.datetime.now(datetime.UTC),
     )
 
 

@@ -17,7 +17,7 @@ def test_the_arrow_schema_is_the_one_spark_checks_batches_against() -> None:
 
 def driver_batch(publication_type: pa.DataType | None = None) -> pa.RecordBatch:
     """A batch as a driver returns it: every column nullable, with driver metadata."""
-    scheduled = datetime.datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)
+    appended_at = datetime.datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)
     columns = [
         pa.array([1], pa.int64()),
         pa.array([740], pa.int64()),
@@ -27,7 +27,7 @@ def driver_batch(publication_type: pa.DataType | None = None) -> pa.RecordBatch:
         pa.array([None], pa.string()),
         pa.array(['{"amount": 1}'], pa.string()),
         pa.array(["{}"], pa.string()),
-        pa.array([scheduled], pa.timestamp("us", tz="UTC")),
+        pa.array([appended_at], pa.timestamp("us", tz="UTC")),
     ]
     fields = [
         pa.field(name, column.type, True, metadata={"POSTGRESQL:type": "x"})

@@ -2,6 +2,7 @@
 
 import pytest
 
+from outbox.positions import Position
 from pipeline.options import (
     CopyDriver,
     DatabaseLocation,
@@ -9,7 +10,6 @@ from pipeline.options import (
     PartitionBy,
     parse_source_options,
 )
-from poller.positions import Position
 
 REQUIRED = {"publication": "orders", "subscription": "orders-to-lake"}
 

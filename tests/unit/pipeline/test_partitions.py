@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from outbox.positions import Position
 from pipeline.partitions import Slice, key_slices, range_slices
-from poller.positions import Position
 
 rows_strategy = st.lists(
     st.builds(Position, st.integers(1, 50), st.integers(1, 50)), min_size=2, unique=True

@@ -5,16 +5,16 @@ import sys
 
 from click.testing import CliRunner
 
-from poller.cli.context import CommandContext
-from poller.cli.spark_command import spark
-from poller.settings import PollerSettings
+from operations.cli.context import CommandContext
+from operations.cli.spark_command import spark
+from operations.settings import CommandLineSettings
 
-CONTEXT = CommandContext(PollerSettings(database_url="postgresql://app@db/app"))
+CONTEXT = CommandContext(CommandLineSettings(database_url="postgresql://app@db/app"))
 
 
 def test_importing_the_command_group_imports_no_spark() -> None:
     # `outbox --help` imports every command group; pyspark would cost seconds and a JVM check.
-    code = "import sys, poller.cli.spark_command; print('pyspark' in sys.modules)"
+    code = "import sys, operations.cli.spark_command; print('pyspark' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 

@@ -51,10 +51,10 @@ def test_kurrentdb_5497_pinned_skip_keeps_checkpoint_below_skipped_message() -> 
     assert delivered(commands) == [(0, at(1)), (1, at(2))]
 
     commands = machine.acked(replayed.delivery_id, 2.0)
-    assert commands[0] == ReplayDone(Position(0, 9))
+    assert commands[0] == ReplayDone(Position(0, 9), 0)
     skipped = only_delivery(commands)
     assert (skipped.consumer, skipped.envelope.position) == (0, at(1))
-    assert machine.acked(skipped.delivery_id, 3.0) == [WriteCheckpoint(at(2))]
+    assert machine.acked(skipped.delivery_id, 3.0) == [WriteCheckpoint(at(2), 0)]
 
 
 @pytest.mark.parametrize("move", ["checkpoint_written", "seek", "admin_skip"])
@@ -77,8 +77,8 @@ def test_pulsar_25627_checkpoint_move_does_not_release_draining_key(move: str) -
 
     if move == "checkpoint_written":
         commands = machine.acked(other_delivery, 2.0)
-        assert commands == [WriteCheckpoint(at(1))]
-        commands = machine.checkpoint_written(at(1), 2.0)
+        assert commands == [WriteCheckpoint(at(1), 0)]
+        commands = machine.checkpoint_written(at(1), 0, 2.0)
     elif move == "seek":
         commands = machine.seek(START, 1, 2.0)
         commands += machine.messages_read([message(2, key), message(3, key)], 1, 2.0)
@@ -103,11 +103,11 @@ def test_pulsar_pip84_seek_drops_reads_and_acks_from_before_the_seek() -> None:
     first = only_delivery(commands).delivery_id
     commands = machine.acked(first, 1.0)
     second = only_delivery(commands).delivery_id
-    assert commands[-1] == WriteCheckpoint(at(1))
-    machine.checkpoint_written(at(1), 1.0)
+    assert commands[-1] == WriteCheckpoint(at(1), 0)
+    machine.checkpoint_written(at(1), 0, 1.0)
 
     # Seek back to the start while 2 is in flight and 3 is buffered.
-    assert machine.seek(START, 1, 2.0) == [WriteCheckpoint(START)]
+    assert machine.seek(START, 1, 2.0) == [WriteCheckpoint(START, 1)]
     assert (machine.checkpoint, machine.next_read_position, machine.epoch) == (START, START, 1)
     assert machine.buffered_count == 0
 

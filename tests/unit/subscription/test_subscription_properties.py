@@ -8,7 +8,10 @@ delivery per key at a time (old-epoch ones included) on the key's owner, in Posi
 message unfinished at the crash is delivered again; (e) keep acking and everything finishes.
 Also exact: which consumer each strategy picks, no retry before its backoff, no consumer
 idle while a message it may take is ready, Park/ReplayDone/WriteCheckpoint when, and only
-when, due. A crash rebuilds the machine from the last checkpoint the daemon confirmed.
+when, due. The store applies the write commands in order and refuses one whose epoch is not
+its own (a seek sets it): its checkpoint never passes an unfinished message of the current
+epoch, and a crash rebuilds the machine from it. After a seek, everything after the seek
+target is delivered again.
 """
 
 import collections
@@ -52,6 +55,8 @@ CHORES = (
     "duplicate_ack",
     "read_in_a_stale_epoch",
     "shutdown_checkpoint",
+    "handlers_start",
+    "withdraw",
 )
 DISRUPTIONS = ("seek", "crash", "consumer_count_changes", "consumer_dies")
 QUIET_STEPS = 5
@@ -79,6 +84,7 @@ class ModelMessage:
 class ModelReplay:
     envelope: Envelope
     parking: bool = False
+    park_epoch: int = 0
     attempts: int = 0
     current: int | None = None
     due: float = 0.0
@@ -94,9 +100,12 @@ class Flight:
     delivery_id: int
     consumer: int
     envelope: Envelope
-    deadline: float
+    deadline: float | None
+    """None until its handler starts: only then does message_timeout run."""
     stream: ModelMessage | None
     replay: ModelReplay | None
+    in_order: bool = False
+    """Delivered with one consumer and one slot since the last seek, crash or count change."""
 
 
 class SubscriptionModel(RuleBasedStateMachine):
@@ -124,6 +133,9 @@ class SubscriptionModel(RuleBasedStateMachine):
         self.outbox: list[Envelope] = []
         self.epoch = 0
         self.written = START
+        self.store_epoch, self.store_checkpoint = 0, START
+        self.write_queue: list[tuple[Position, int]] = []
+        """WriteCheckpoint commands not yet applied to the store, in the order emitted."""
         # Rows parked by an earlier run, so replays need no long run-up.
         parked_keys = data.draw(st.lists(st.sampled_from(KEYS), max_size=3), "parked keys")
         self.parked_rows = {
@@ -133,6 +145,8 @@ class SubscriptionModel(RuleBasedStateMachine):
         self.answered: list[int] = []
         self.next_delivery_id = 1
         self.quiet = 0
+        self.last_start: Position | None = None
+        """The last in-order stream handler start (see Flight.in_order)."""
         self._restart(START)
 
     def _restart(self, start: Position) -> None:
@@ -145,21 +159,27 @@ class SubscriptionModel(RuleBasedStateMachine):
             first_delivery_id=self.next_delivery_id,
         )
         self.consumers = self.settings.consumers
+        self.last_start = None  # a new machine: its flights are new too
         self.start_position = start
         self.read: dict[Position, ModelMessage] = {}
         self.flights: dict[int, Flight] = {}
         self.hand: set[int] = set()
         """Deliveries whose handler has not answered; timed-out ones included."""
         self.replays: dict[Position, ModelReplay] = {}
-        self.pending_parks: dict[Position, Envelope] = {}
-        self.pending_write: Position | None = None
+        self.pending_parks: dict[tuple[Position, int], Envelope] = {}
+        self.pending_write: tuple[Position, int] | None = None
+        """The write the machine waits on (one at a time), as (position, epoch)."""
         self.requested = start
         self.last_request_at = self.now
+        self.machine_now = self.now
+        """The latest `now` the machine was given."""
         self.finished_since_request = 0
+        self.last_finished_at = self.now
         self.acked_order: dict[str, Position] = {}
         self.last_picked = -1
         self.floor = start
-        self.expected_parks: list[tuple[Position, bool, int]] = []
+        self.expected_parks: list[tuple[Position, bool, int, int]] = []
+        """Park commands due: position, replayed, attempts, and the epoch it was issued in."""
         self.expected_replay_done: list[Position] = []
 
     # The reference model ------------------------------------------------------------------
@@ -174,7 +194,10 @@ class SubscriptionModel(RuleBasedStateMachine):
 
     def _expire(self) -> None:
         """The timeouts the machine fires first thing in any event at `now`."""
-        for flight in [f for f in self.flights.values() if f.deadline <= self.now]:
+        due = [
+            f for f in self.flights.values() if f.deadline is not None and f.deadline <= self.now
+        ]
+        for flight in due:
             self._end(flight, "fail")
 
     def _end(self, flight: Flight, outcome: str) -> None:
@@ -194,7 +217,9 @@ class SubscriptionModel(RuleBasedStateMachine):
         elif outcome == "park" or target.attempts >= limit:
             target.parking = True
             replayed = isinstance(target, ModelReplay)
-            self.expected_parks.append((position, replayed, target.attempts))
+            if isinstance(target, ModelReplay):
+                target.park_epoch = self.epoch
+            self.expected_parks.append((position, replayed, target.attempts, self.epoch))
         else:
             target.due = self.now + self.settings.retry_delay(target.attempts)
 
@@ -203,6 +228,7 @@ class SubscriptionModel(RuleBasedStateMachine):
         message.parking = False
         message.current = None
         self.finished_since_request += 1
+        self.last_finished_at = self.now
         key = message.envelope.partition_key
         if by_handler and self.pinned and key is not None:
             last = self.acked_order.get(key)
@@ -221,6 +247,7 @@ class SubscriptionModel(RuleBasedStateMachine):
                     self.finished_since_request >= s.min_checkpoint_count
                     and self.now - self.last_request_at >= s.checkpoint_after
                 )
+                or self.now - self.last_finished_at >= s.checkpoint_after  # idle
             )
         )
 
@@ -229,9 +256,10 @@ class SubscriptionModel(RuleBasedStateMachine):
     ) -> list[Position]:
         """Run one machine event, check every command it returned; returns its writes."""
         self.quiet += 1
+        self.machine_now = self.now
         write_due = self._write_due()
         commands = event()
-        parks: list[tuple[Position, bool, int]] = []
+        parks: list[tuple[Position, bool, int, int]] = []
         done: list[Position] = []
         writes: list[Position] = []
         for command in commands:
@@ -239,14 +267,17 @@ class SubscriptionModel(RuleBasedStateMachine):
                 self._on_deliver(command)
             elif isinstance(command, Park):
                 envelope = command.envelope
-                parks.append((envelope.position, command.replayed, command.attempts))
-                self.pending_parks[envelope.position] = envelope
+                parks.append((envelope.position, command.replayed, command.attempts, command.epoch))
+                self.pending_parks[envelope.position, command.epoch] = envelope
             elif isinstance(command, ReplayDone):
+                assert command.epoch == self.epoch
                 done.append(command.position)
                 del self.parked_rows[command.position]
             else:
                 assert isinstance(command, WriteCheckpoint)
+                assert command.epoch == self.epoch
                 writes.append(command.position)
+                self.write_queue.append((command.position, command.epoch))
         assert sorted(parks) == sorted(self.expected_parks)
         assert sorted(done) == sorted(self.expected_replay_done)
         self.expected_parks, self.expected_replay_done = [], []
@@ -255,11 +286,15 @@ class SubscriptionModel(RuleBasedStateMachine):
             assert bool(writes) == write_due, (writes, self.finished_since_request)
         for position in writes:
             assert position == self.expected_checkpoint()
-            self.requested = self.pending_write = position
+            self.requested, self.pending_write = position, (position, self.epoch)
             self.last_request_at = self.now
             self.finished_since_request = 0
         self._assert_no_consumer_idles_while_work_is_ready()
         return writes
+
+    def _strict(self) -> bool:
+        """One consumer with one slot: the stream goes strictly in Position order."""
+        return not self.pinned and self.consumers == 1 and self.settings.max_in_flight == 1
 
     def _has_room(self, consumer: int) -> bool:
         load = sum(1 for flight in self.flights.values() if flight.consumer == consumer)
@@ -276,6 +311,9 @@ class SubscriptionModel(RuleBasedStateMachine):
         """A consumer with room never waits while a message it may take is ready."""
         waiting: list[ModelMessage | ModelReplay] = [*self.read.values(), *self.replays.values()]
         ready = [message for message in waiting if message.ready(self.now)]
+        if self._strict():
+            oldest = next((m for m in self.read.values() if not m.finished), None)
+            ready = [m for m in ready if isinstance(m, ModelReplay) or m is oldest]
         if not self.pinned:
             assert not ready or not any(map(self._has_room, range(self.consumers))), ready
             return
@@ -330,11 +368,14 @@ class SubscriptionModel(RuleBasedStateMachine):
                     if p < position and m.envelope.partition_key == key and not m.finished
                 ]
                 assert not earlier, f"{position} of key {key} delivered before {earlier}"
+            if self._strict():
+                earlier = [p for p, m in self.read.items() if p < position and not m.finished]
+                assert not earlier, f"one slot: {position} delivered before {earlier}"
             stream.attempts += 1
             stream.current = command.delivery_id
             self.owed.discard(position)
         self.flights[command.delivery_id] = Flight(
-            command.delivery_id, consumer, envelope, self.now + TIMEOUT, stream, replay
+            command.delivery_id, consumer, envelope, None, stream, replay, self._strict()
         )
         self.hand.add(command.delivery_id)
         self.next_delivery_id = max(self.next_delivery_id, command.delivery_id + 1)
@@ -390,6 +431,8 @@ class SubscriptionModel(RuleBasedStateMachine):
             "duplicate_ack": self.duplicate_ack,
             "read_in_a_stale_epoch": self.read_in_a_stale_epoch,
             "shutdown_checkpoint": self.shutdown_checkpoint,
+            "handlers_start": self.handlers_start,
+            "withdraw": self.withdraw,
         }
         chores[chore](data)
 
@@ -412,17 +455,19 @@ class SubscriptionModel(RuleBasedStateMachine):
             self._park_is_durable(data.draw(st.sampled_from(sorted(self.pending_parks))))
 
     def checkpoint_is_stored(self, _data: st.DataObject) -> None:
-        if self.pending_write is not None:
-            self._confirm_write()
+        if self.write_queue:
+            self._store_next_write()
 
     def replay_parked(self, data: st.DataObject) -> None:
-        idle = sorted(set(self.parked_rows) - set(self.replays))
-        if not idle:
+        """A replay request; rows whose earlier replay is unfinished may be among them."""
+        rows = sorted(self.parked_rows)
+        if not rows:
             return
-        chosen = data.draw(st.lists(st.sampled_from(idle), min_size=1, max_size=2, unique=True))
+        chosen = data.draw(st.lists(st.sampled_from(rows), min_size=1, max_size=3, unique=True))
         self._expire()
         for position in chosen:
-            self.replays[position] = ModelReplay(self.parked_rows[position])
+            if position not in self.replays:  # the machine ignores it, as the model does
+                self.replays[position] = ModelReplay(self.parked_rows[position])
         envelopes = [self.parked_rows[position] for position in chosen]
         self._call(lambda: self.machine.replay(envelopes, self.now))
 
@@ -454,48 +499,79 @@ class SubscriptionModel(RuleBasedStateMachine):
             assert self.expected_checkpoint() == self.requested
         else:
             assert write.position == self.expected_checkpoint() != self.requested
-            self.requested = self.pending_write = write.position
-            self.last_request_at = self.now
+            assert write.epoch == self.epoch
+            self.requested, self.pending_write = write.position, (write.position, write.epoch)
+            self.write_queue.append(self.pending_write)
+            self.last_request_at = self.machine_now  # final_checkpoint reads no clock
             self.finished_since_request = 0
 
     def seek(self, data: st.DataObject) -> None:
+        """An operator seek: the store takes the new epoch and checkpoint, then the machine.
+
+        Writes the daemon queued before it stay queued ahead of the seek's own write; the
+        store refuses them by their epoch. One the store took just before the seek may be
+        confirmed after it, and must change nothing.
+        """
         targets = [START, *(e.position for e in self.outbox)]
-        to = data.draw(st.sampled_from(targets), "seek target")
+        # Often back below a write still queued: the case a write stamped late got wrong.
+        back = [p for p in targets if self.write_queue and p < self.write_queue[-1][0]]
+        to = data.draw(st.sampled_from(back or targets) | st.sampled_from(targets), "seek target")
+        stored_before_seek = None
+        if self.write_queue and data.draw(st.booleans(), "a write lands just before the seek"):
+            stored_before_seek = self._apply_next_write()
         self._expire()
         for message in self.read.values():
             message.current = None  # its deliveries in flight are stale from now on
         self.epoch += data.draw(st.integers(1, 2), "epochs")
+        self.store_epoch, self.store_checkpoint = self.epoch, to
         self.read, self.start_position, self.floor = {}, to, to
+        self._start_ordering_anew()
         self.acked_order, self.finished_since_request = {}, 0
-        self.owed.clear()  # a seek may legitimately skip what a crash left unfinished
-        expected_writes = [to] if to != self.requested else []
+        # Everything after the target is delivered again (what a crash left unfinished
+        # below it may be skipped: that is what a seek forward is for).
+        self.owed = {e.position for e in self.outbox if e.position > to}
         writes = self._call(lambda: self.machine.seek(to, self.epoch, self.now), forced_write=True)
-        assert writes == expected_writes
-        # An admin seek returns once its checkpoint is stored.
-        if self.pending_write is not None:
-            self._confirm_write()
-        assert self.machine.written_checkpoint == to
+        assert writes == [to]
+        if stored_before_seek is not None:
+            position, epoch = stored_before_seek
+            assert (
+                self._call(lambda: self.machine.checkpoint_written(position, epoch, self.now)) == []
+            )
+            assert self.machine.written_checkpoint == self.written
+        if data.draw(st.booleans(), "the writer catches up before anything is re-read"):
+            while self.write_queue:
+                self._store_next_write()
 
     def crash(self, _data: st.DataObject) -> None:
-        """The daemon dies with its handlers; a new one starts from the stored checkpoint."""
+        """The daemon dies with its handlers and queued writes; a new one starts from the
+        stored checkpoint.
+        """
         unfinished = {p for p, m in self.read.items() if not m.finished}
-        assert all(position > self.written for position in unfinished)
+        assert all(position > self.store_checkpoint for position in unfinished)
         self.owed |= unfinished
         self.epoch += 1
-        self._restart(self.written)
+        self.store_epoch = self.epoch
+        self.write_queue.clear()
+        self.written = self.store_checkpoint
+        self._restart(self.store_checkpoint)
 
     def consumer_count_changes(self, data: st.DataObject) -> None:
         consumers = data.draw(st.integers(1, 4), "consumers")
         self._expire()
         self.consumers = consumers
+        self._start_ordering_anew()
         self._call(lambda: self.machine.consumer_count_changed(consumers, self.now))
 
     def consumer_dies(self, data: st.DataObject) -> None:
+        """Its started deliveries fail; those not started are withdrawn (no attempt)."""
         consumer = data.draw(st.integers(0, 3), "dead consumer")
         self._expire()
         for flight in [f for f in self.flights.values() if f.consumer == consumer]:
             self.hand.discard(flight.delivery_id)
-            self._end(flight, "fail")
+            if flight.deadline is None:
+                self._end_withdrawn(flight)
+            else:
+                self._end(flight, "fail")
         self._call(lambda: self.machine.consumer_died(consumer, self.now))
 
     # Steps shared by rules and the teardown -------------------------------------------
@@ -510,7 +586,54 @@ class SubscriptionModel(RuleBasedStateMachine):
             self.read[envelope.position] = ModelMessage(envelope)
         self._call(lambda: self.machine.messages_read(batch, self.epoch, self.now))
 
+    def handlers_start(self, data: st.DataObject) -> None:
+        """The daemon reports a batch of handlers that began, in any order."""
+        waiting = sorted(i for i, f in self.flights.items() if f.deadline is None)
+        if waiting:
+            ids = data.draw(st.lists(st.sampled_from(waiting), min_size=1, unique=True), "start")
+            self._start(ids)
+
+    def withdraw(self, data: st.DataObject) -> None:
+        """A delivery dropped before its handler started (sought away while waiting)."""
+        waiting = sorted(i for i, f in self.flights.items() if f.deadline is None)
+        if waiting:
+            delivery_id = data.draw(st.sampled_from(waiting), "withdrawn")
+            self._expire()
+            self.hand.discard(delivery_id)
+            self._end_withdrawn(self.flights[delivery_id])
+            self._call(lambda: self.machine.withdrawn(delivery_id, self.now))
+
+    def _start(self, ids: list[int]) -> None:
+        self._expire()
+        for delivery_id in ids:
+            flight = self.flights.get(delivery_id)
+            if flight is not None and flight.deadline is None:
+                flight.deadline = self.now + TIMEOUT
+                if flight.in_order and flight.stream is not None:
+                    # One slot: starts in Position order but for re-attempts of one message.
+                    position = flight.envelope.position
+                    assert self.last_start is None or self.last_start <= position
+                    self.last_start = position
+        self._call(lambda: self.machine.started(ids, self.now))
+
+    def _start_ordering_anew(self) -> None:
+        """Deliveries from before a seek, crash or count change may start in any order."""
+        self.last_start = None
+        for flight in self.flights.values():
+            flight.in_order = False
+
+    def _end_withdrawn(self, flight: Flight) -> None:
+        """Not an attempt: the message is ready again with the attempt count it had."""
+        del self.flights[flight.delivery_id]
+        target: ModelMessage | ModelReplay | None = flight.stream or flight.replay
+        if target is not None and target.current == flight.delivery_id:
+            target.current = None
+            target.attempts -= 1
+
     def _answer(self, delivery_id: int, outcome: str) -> None:
+        flight = self.flights.get(delivery_id)
+        if flight is not None and flight.deadline is None:
+            self._start([delivery_id])  # a handler answers only once it has started
         self._expire()
         self.hand.discard(delivery_id)
         self.answered.append(delivery_id)
@@ -526,24 +649,36 @@ class SubscriptionModel(RuleBasedStateMachine):
         }
         self._call(events[outcome])
 
-    def _park_is_durable(self, position: Position) -> None:
+    def _park_is_durable(self, park: tuple[Position, int]) -> None:
         """The daemon committed the parked row: every Park waiting on it is finished."""
-        self.parked_rows[position] = self.pending_parks.pop(position)
+        position, epoch = park
+        self.parked_rows[position] = self.pending_parks.pop(park)
         self._expire()
         message = self.read.get(position)
-        if message is not None and message.parking:
+        if message is not None and message.parking and epoch == self.epoch:
             self._finish(message, by_handler=False)
         replay = self.replays.get(position)
-        if replay is not None and replay.parking:
+        if replay is not None and replay.parking and replay.park_epoch == epoch:
             del self.replays[position]
-        self._call(lambda: self.machine.parked(position, self.now))
+        self._call(lambda: self.machine.parked(position, epoch, self.now))
 
-    def _confirm_write(self) -> None:
-        position = self.pending_write
-        assert position is not None
-        self.written, self.pending_write = position, None
+    def _apply_next_write(self) -> tuple[Position, int] | None:
+        """The store applies the oldest queued write; returns it unless refused."""
+        position, epoch = self.write_queue.pop(0)
+        if epoch != self.store_epoch:
+            return None
+        self.store_checkpoint = position
+        self.stored_checkpoint_never_passes_an_unfinished_message()  # the teardown's too
+        return position, epoch
+
+    def _store_next_write(self) -> None:
+        stored = self._apply_next_write()
+        if stored is None:
+            return
+        if stored == self.pending_write:
+            self.written, self.pending_write = stored[0], None
         self._expire()
-        self._call(lambda: self.machine.checkpoint_written(position, self.now))
+        self._call(lambda: self.machine.checkpoint_written(*stored, self.now))
 
     # Invariants -------------------------------------------------------------------------
 
@@ -553,7 +688,14 @@ class SubscriptionModel(RuleBasedStateMachine):
         assert self.machine.checkpoint == expected
         assert self.machine.checkpoint >= self.floor, "checkpoint moved back without a seek"
         self.floor = expected
-        assert self.machine.written_checkpoint == self.written <= expected
+        assert self.machine.written_checkpoint == self.written
+
+    @invariant()
+    def stored_checkpoint_never_passes_an_unfinished_message(self) -> None:
+        assert self.store_epoch == self.epoch
+        assert self.store_checkpoint <= self.expected_checkpoint(), (
+            f"stored {self.store_checkpoint} above unfinished messages; {self.write_queue=}"
+        )
 
     @invariant()
     def counts_match_the_model(self) -> None:
@@ -566,6 +708,11 @@ class SubscriptionModel(RuleBasedStateMachine):
         assert m.read_wanted() == max(0, self.settings.buffer_size - buffered)
         loads = collections.Counter(flight.consumer for flight in self.flights.values())
         assert m.in_flight_by_consumer == dict(loads)
+
+    @invariant()
+    def a_replay_is_in_flight_once(self) -> None:
+        replays = [f.envelope.position for f in self.flights.values() if f.replay is not None]
+        assert len(replays) == len(set(replays)), replays
 
     @invariant()
     def pinned_keys_are_in_flight_once_and_drain_to_their_owner(self) -> None:
@@ -594,8 +741,8 @@ class SubscriptionModel(RuleBasedStateMachine):
                 self._answer(min(self.hand), "ack")
             elif self.pending_parks:
                 self._park_is_durable(min(self.pending_parks))
-            elif self.pending_write is not None:
-                self._confirm_write()
+            elif self.write_queue:
+                self._store_next_write()
             elif unread or self.replays or any(not m.finished for m in self.read.values()):
                 self.now += self.settings.retry_backoff_max
                 self._expire()

@@ -46,7 +46,10 @@ def test_read_wanted_is_the_room_left_in_the_buffer() -> None:
     assert machine.read_wanted() == 0  # over-full, never negative
 
 
-def test_consumer_count_must_be_positive() -> None:
+@pytest.mark.parametrize("consumers", [0, 1025, 2147483648])
+def test_consumer_count_change_is_bounded_like_the_setting(consumers: int) -> None:
     machine = make_machine(make_settings(Strategy.ROUND_ROBIN))
-    with pytest.raises(ValueError, match="consumers must be >= 1, got 0"):
-        machine.consumer_count_changed(0, 0.0)
+    with pytest.raises(
+        ValueError, match=f"consumers must be an integer from 1 to 1024, got {consumers}"
+    ):
+        machine.consumer_count_changed(consumers, 0.0)

@@ -5,6 +5,7 @@ import pytest
 from poller.subscription import START, Park, Strategy, WriteCheckpoint
 from tests.unit.subscription.support import (
     at,
+    deliveries,
     make_machine,
     make_settings,
     message,
@@ -40,6 +41,7 @@ def test_a_timed_out_delivery_is_retried_and_its_late_ack_ignored() -> None:
     settings = make_settings(Strategy.ROUND_ROBIN, message_timeout=30.0)
     machine = make_machine(settings)
     first = only_delivery(machine.messages_read([message(1)], 0, 0.0))
+    assert machine.started([first.delivery_id], 0.0) == []
 
     assert machine.tick(29.99) == []
     assert machine.in_flight_by_consumer == {0: 1}
@@ -51,11 +53,12 @@ def test_a_timed_out_delivery_is_retried_and_its_late_ack_ignored() -> None:
     assert machine.checkpoint == START
     retry = only_delivery(machine.tick(30.0 + settings.retry_backoff_initial))
     assert retry.attempt == 2
-    assert machine.acked(retry.delivery_id, 31.0) == [WriteCheckpoint(at(1))]
+    machine.started([retry.delivery_id], 30.5)
+    assert machine.acked(retry.delivery_id, 31.0) == [WriteCheckpoint(at(1), 0)]
 
 
 def test_a_message_is_parked_after_max_retry_count_attempts() -> None:
-    settings = make_settings(Strategy.ROUND_ROBIN, consumers=1, max_retry_count=3)
+    settings = make_settings(Strategy.ROUND_ROBIN, consumers=2, max_retry_count=3)
     machine = make_machine(settings)
     now = 0.0
     delivery = only_delivery(machine.messages_read([message(1)], 0, now))
@@ -75,24 +78,24 @@ def test_a_message_is_parked_after_max_retry_count_attempts() -> None:
     # Later messages go on; the checkpoint waits for the parked row to be durable.
     assert only_delivery(machine.messages_read([message(2)], 0, now + 101.0)).attempt == 1
     assert machine.checkpoint == START
-    assert machine.parked(at(1), now + 102.0) == [WriteCheckpoint(at(1))]
+    assert machine.parked(at(1), 0, now + 102.0) == [WriteCheckpoint(at(1), 0)]
 
 
 def test_handler_requested_park_is_immediate_and_durable_before_finished() -> None:
     machine = make_machine(make_settings(Strategy.ROUND_ROBIN))
     delivery = only_delivery(machine.messages_read([message(1)], 0, 0.0))
     commands = machine.requested_park(delivery.delivery_id, "poison pill", 1.0)
-    assert commands == [Park(message(1), 1, "poison pill")]
+    assert commands == [Park(message(1), 1, "poison pill", 0)]
     assert machine.checkpoint == START
     assert machine.buffered_count == 1
-    assert machine.parked(at(1), 2.0) == [WriteCheckpoint(at(1))]
+    assert machine.parked(at(1), 0, 2.0) == [WriteCheckpoint(at(1), 0)]
     assert machine.buffered_count == 0
 
 
 def test_handler_requested_skip_finishes_the_message() -> None:
     machine = make_machine(make_settings(Strategy.ROUND_ROBIN))
     delivery = only_delivery(machine.messages_read([message(1)], 0, 0.0))
-    assert machine.requested_skip(delivery.delivery_id, 1.0) == [WriteCheckpoint(at(1))]
+    assert machine.requested_skip(delivery.delivery_id, 1.0) == [WriteCheckpoint(at(1), 0)]
 
 
 def test_handler_requested_retry_counts_as_an_attempt() -> None:
@@ -110,7 +113,7 @@ def test_unknown_and_repeated_outcomes_are_ignored() -> None:
     machine = make_machine(make_settings(Strategy.ROUND_ROBIN))
     delivery = only_delivery(machine.messages_read([message(1)], 0, 0.0))
     assert machine.acked(12345, 1.0) == []
-    assert machine.acked(delivery.delivery_id, 1.0) == [WriteCheckpoint(at(1))]
+    assert machine.acked(delivery.delivery_id, 1.0) == [WriteCheckpoint(at(1), 0)]
     assert machine.failed(delivery.delivery_id, "late", 1.0) == []
     assert machine.requested_park(delivery.delivery_id, "late", 1.0) == []
     assert machine.checkpoint == at(1)
@@ -120,9 +123,61 @@ def test_unknown_and_repeated_outcomes_are_ignored() -> None:
 def test_an_earlier_now_counts_as_the_latest_seen() -> None:
     settings = make_settings(Strategy.ROUND_ROBIN, consumers=1, max_in_flight=2, message_timeout=5)
     machine = make_machine(settings)
-    machine.messages_read([message(1)], 0, 10.0)
+    first = only_delivery(machine.messages_read([message(1)], 0, 10.0))
+    machine.started([first.delivery_id], 10.0)
     assert machine.tick(14.0) == []
     # A stale clock read: the delivery's deadline is 14 + 5, not 3 + 5.
-    only_delivery(machine.messages_read([message(2)], 0, 3.0))
+    second = only_delivery(machine.messages_read([message(2)], 0, 3.0))
+    machine.started([second.delivery_id], 3.0)
     machine.tick(15.0)
     assert machine.in_flight_by_consumer == {0: 1}
+
+
+def test_the_timeout_runs_from_the_handlers_start_in_start_order() -> None:
+    """Timed from Deliver, messages waiting for a thread were parked as "timed out after
+    1.0s (attempt 2 of 2)" without their handler ever being called.
+    """
+    settings = make_settings(Strategy.ROUND_ROBIN, consumers=1, max_in_flight=2, message_timeout=1)
+    machine = make_machine(settings)
+    first, second = deliveries(machine.messages_read([message(1), message(2)], 0, 0.0))
+    assert machine.tick(100.0) == []  # neither started: neither times out
+    assert machine.in_flight_by_consumer == {0: 2}
+    machine.started([second.delivery_id], 100.0)
+    machine.started([first.delivery_id, 12345], 100.5)  # unknown ids are ignored
+    machine.tick(101.0)
+    assert machine.in_flight_by_consumer == {0: 1}  # second timed out; first runs on
+    retry = only_delivery(machine.acked(first.delivery_id, 101.4))  # after its backoff
+    assert (retry.envelope.position, retry.attempt) == (at(2), 2)
+    assert machine.checkpoint == at(1)
+
+
+def test_a_withdrawn_delivery_is_not_an_attempt() -> None:
+    settings = make_settings(Strategy.ROUND_ROBIN, consumers=1, max_retry_count=1)
+    machine = make_machine(settings)
+    first = only_delivery(machine.messages_read([message(1), message(2)], 0, 0.0))
+    again = only_delivery(machine.withdrawn(first.delivery_id, 1.0))
+    assert (again.envelope.position, again.attempt) == (at(1), 1)  # not parked, not at(2)
+    machine.started([again.delivery_id], 1.0)
+    assert machine.withdrawn(again.delivery_id, 1.5) == []  # started: too late to withdraw
+    assert machine.in_flight_by_consumer == {0: 1}
+
+
+def test_a_delivery_sought_away_before_it_started_frees_its_consumer_only() -> None:
+    machine = make_machine(make_settings(Strategy.ROUND_ROBIN, consumers=1))
+    first = only_delivery(machine.messages_read([message(1)], 0, 0.0))
+    machine.seek(START, 1, 1.0)
+    assert machine.withdrawn(first.delivery_id, 1.5) == []
+    assert machine.in_flight_by_consumer == {}
+    redelivered = only_delivery(machine.messages_read([message(1)], 1, 2.0))
+    assert (redelivered.epoch, redelivered.attempt) == (1, 1)
+
+
+def test_a_dead_consumers_unstarted_deliveries_are_withdrawn() -> None:
+    settings = make_settings(Strategy.ROUND_ROBIN, consumers=1, max_in_flight=2, max_retry_count=1)
+    machine = make_machine(settings)
+    first, _unstarted = deliveries(machine.messages_read([message(1), message(2)], 0, 0.0))
+    machine.started([first.delivery_id], 0.0)
+    commands = machine.consumer_died(0, 1.0)
+    (park,) = [command for command in commands if isinstance(command, Park)]
+    assert park.envelope.position == at(1)  # started: its one attempt failed
+    assert [(d.envelope.position, d.attempt) for d in deliveries(commands)] == [(at(2), 1)]

@@ -129,9 +129,42 @@ def test_a_dead_consumers_messages_are_retried_elsewhere() -> None:
     machine = make_machine(settings)
     first, _ = deliveries(machine.messages_read([message(1), message(2)], 0, 0.0))
     assert first.consumer == 0
+    machine.started([first.delivery_id], 0.0)
 
     assert machine.consumer_died(0, 1.0) == []
     assert machine.in_flight_by_consumer == {1: 1}
     assert machine.acked(first.delivery_id, 1.05) == []  # its handler is gone: ignored
     retry = only_delivery(machine.tick(1.0 + settings.retry_backoff_initial))
     assert (retry.consumer, retry.envelope.position, retry.attempt) == (0, at(1), 2)
+
+
+def test_one_consumer_with_one_slot_delivers_strictly_in_order_across_retries() -> None:
+    """README: "1 consumer x 1 in flight delivers strictly in order"; after a retry, message
+    6 was handled before message 5's second attempt.
+    """
+    settings = make_settings(Strategy.ROUND_ROBIN, consumers=1, max_in_flight=1)
+    machine = make_machine(settings)
+    five = only_delivery(machine.messages_read([message(5), message(6)], 0, 0.0))
+    assert machine.failed(five.delivery_id, "boom", 1.0) == []  # 6 waits for 5
+    again = only_delivery(machine.tick(1.0 + settings.retry_backoff_initial))
+    assert (again.envelope.position, again.attempt) == (at(5), 2)
+    six = only_delivery(machine.acked(again.delivery_id, 2.0))
+    assert six.envelope.position == at(6)
+
+
+def test_the_strict_order_follows_consumer_count_changes() -> None:
+    settings = make_settings(Strategy.DISPATCH_TO_SINGLE, consumers=1, max_in_flight=1)
+    machine = make_machine(settings)
+    first = only_delivery(machine.messages_read([message(1), message(2), message(3)], 0, 0.0))
+    assert machine.failed(first.delivery_id, "boom", 1.0) == []
+    commands = machine.consumer_count_changed(2, 1.01)
+    assert delivered(commands) == [(0, at(2)), (1, at(3))]
+    second, third = deliveries(commands)
+    assert delivered(machine.consumer_count_changed(1, 1.02)) == []
+    # 2 and 3 run on; once they are done, 1's retry goes first and holds 4 back.
+    assert machine.messages_read([message(4)], 0, 1.03) == []
+    assert machine.acked(third.delivery_id, 1.04) == []
+    retry = only_delivery(machine.acked(second.delivery_id, 1.2))
+    assert (retry.envelope.position, retry.attempt) == (at(1), 2)
+    assert machine.failed(retry.delivery_id, "boom", 1.3) == []
+    assert machine.tick(1.35) == []  # 4 waits for 1's third attempt

@@ -1,0 +1,3 @@
+from operations.cli.main import main
+
+main()

@@ -1,0 +1,169 @@
+"""`outbox poll` and `outbox status`."""
+
+import asyncio
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from operations.cli.context import CommandContext
+from operations.cli.errors import CommandUsageError
+from operations.cli.first_connection import connect_when_up
+from operations.cli.poll_config import read_poll_config
+from operations.cli.printing import cell, checkpoint_text, console, table
+from poller import administration
+from poller.daemon.handlers import Handler, HandlerNotFoundError, load_handler
+from poller.daemon.options import DaemonOptions, command_line_fields
+from poller.daemon.runner import run_daemon
+from poller.daemon.worker import check_pollable
+from poller.message import Message
+from poller.store.records import Blocker
+
+# package.module:callable, each part an identifier: anything else (`../etc:passwd`, a relative
+# import) is refused before the import machinery sees it.
+_HANDLER_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+MISSING_PRIVILEGE = "unknown (needs pg_read_all_stats)"
+
+log = logging.getLogger(__name__)
+
+
+def daemon_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--lease-seconds, --shutdown-timeout, ...: one per DaemonOptions field, help and default
+    taken from the field, so they are written once."""
+    for field in reversed(command_line_fields()):
+        flag = "--" + field.name.replace("_", "-")
+        help_text = f"{field.metadata['help']} [default: {field.default}]"
+        kind = int if field.type in (int, "int") else float
+        command = click.option(flag, field.name, type=kind, default=None, help=help_text)(command)
+    return command
+
+
+@click.command()
+@click.option("--subscription", "subscriptions", multiple=True, help="Repeat for several.")
+@click.option("--handler", "handler_spec", help="package.module:callable")
+@click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML with `handler` and `subscriptions = [...]`.",
+)
+@daemon_options
+@click.pass_obj
+def poll(
+    context: CommandContext,
+    /,
+    subscriptions: tuple[str, ...],
+    handler_spec: str | None,
+    config: Path | None,
+    **option_values: float | None,
+) -> None:
+    """Run the daemon: deliver every committed message of the subscriptions to the handler.
+
+    The current directory comes first on the import path, as with `python -m`, so a handler
+    module beside you is found.
+    """
+    names = list(subscriptions)
+    if config is not None:
+        document = read_poll_config(config)
+        names += document.subscriptions
+        handler_spec = handler_spec or document.handler
+    if not names:
+        raise click.UsageError("name a --subscription (or list them in --config)")
+    if handler_spec is None:
+        raise click.UsageError("name a --handler package.module:callable (or in --config)")
+    handler = _handler(handler_spec)
+    given = {name: value for name, value in option_values.items() if value is not None}
+    options = DaemonOptions.with_lease(**given)
+    with connect_when_up(context) as conn:
+        for name in names:
+            check_pollable(name, administration.get(conn, name))
+    unfinished = asyncio.run(run_daemon(context.database_url, names, handler, options))
+    if unfinished:
+        exit_without_waiting(unfinished)
+
+
+def exit_without_waiting(unfinished: list[Message]) -> NoReturn:
+    """Handler threads cannot be stopped, and the interpreter would wait for them at exit
+    forever; the final checkpoint of what finished is written, so end the process now."""
+    log.error(
+        "exiting with %d handler(s) still running after the shutdown timeout: %s",
+        len(unfinished),
+        ", ".join(map(repr, unfinished)),
+    )
+    logging.shutdown()  # flush every log handler: os._exit skips the usual clean-up
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _handler(spec: str) -> Handler:
+    if not _HANDLER_SPEC.fullmatch(spec):
+        raise HandlerNotFoundError(
+            f"handler {administration.quoted(spec)} is not of the form package.module:callable"
+        )
+    if sys.path[:1] != [os.getcwd()]:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return load_handler(spec)
+    except HandlerNotFoundError:
+        raise
+    except Exception as error:  # the module's own code failed while importing
+        raise CommandUsageError(
+            f"handler {administration.quoted(spec)}: importing it raised"
+            f" {type(error).__name__}: {error}"
+        ) from None
+
+
+@click.command()
+@click.pass_obj
+def status(context: CommandContext) -> None:
+    """Where every subscription stands (the view outbox.subscription_status).
+
+    Naming the sessions of other users that block a subscription needs pg_read_all_stats.
+    """
+    columns = ("subscription", "publication", "checkpoint", "behind", "oldest undelivered")
+    listing = table((*columns, "leader", "blocked by"))
+    with context.connect() as conn:
+        rows = administration.status(conn)
+    for row in rows:
+        leader = (
+            f"{row.leader_host} pid {row.leader_pid} since {row.leader_since:%H:%M:%S}"
+            if row.leader_alive and row.leader_since is not None
+            else "none"
+        )
+        age = row.oldest_undelivered_age
+        listing.add_row(
+            cell(row.subscription),
+            cell(row.publication),
+            cell(checkpoint_text(row.checkpoint)),
+            cell(row.messages_behind),
+            cell("-" if age is None else f"{age:.1f} s"),
+            cell(leader),
+            cell(_blocked_by(row)),
+        )
+    console().print(listing)
+
+
+def _blocked_by(row: administration.SubscriptionStatus) -> str:
+    if not row.hidden:
+        return "-"
+    if not row.blockers:
+        # Committed messages wait, yet no holder is visible: another user's session.
+        return MISSING_PRIVILEGE
+    return "; ".join(_blocker_text(blocker) for blocker in row.blockers)
+
+
+def _blocker_text(blocker: Blocker) -> str:
+    who = blocker.pid if blocker.pid is not None else blocker.application_name
+    age = None if blocker.transaction_age is None else f"{blocker.transaction_age:.0f} s"
+    fields = [blocker.database, blocker.user_name, blocker.state]
+    known = ", ".join(str(value) for value in fields if value is not None)
+    details = f"{known}, in transaction for {age}" if age is not None else known
+    if None in (*fields, age):
+        details += f"; {'the rest ' if details else ''}{MISSING_PRIVILEGE}"
+    return f"{blocker.kind} {who} ({details})"

@@ -1,0 +1,62 @@
+"""`outbox spark ...`: Spark jobs over the outbox (needs the `spark` extra).
+
+pipeline (hence pyspark and a JVM) is imported inside the commands, so `outbox --help` and
+every other command start without them.
+"""
+
+import os
+
+import click
+
+from operations.cli.context import CommandContext
+from outbox.names import DATABASE_URL_VARIABLE
+
+
+@click.group()
+def spark() -> None:
+    """Spark jobs that read a publication with the snapshot-safe rule."""
+
+
+@spark.command("jobs")
+def jobs() -> None:
+    """List the jobs `outbox spark run` knows."""
+    from pipeline.jobs import JOBS
+
+    for name, module in sorted(JOBS.items()):
+        click.echo(f"{name}\t{module}")
+
+
+@spark.command(
+    "run",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--master",
+    default="local[*]",
+    show_default=True,
+    help="Any Spark master URL; local mode by default.",
+)
+@click.argument("job")
+@click.argument("job_arguments", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def run(context: CommandContext, master: str, job: str, job_arguments: tuple[str, ...]) -> None:
+    """Run JOB until it stops; JOB_ARGUMENTS go to the job (`outbox spark run JOB --help`).
+
+    Without --url, executors read the database URL from OUTBOX_DATABASE_URL; when it is unset
+    here it is set to this command's database (the embedded one if none is configured), which
+    local executors inherit. On a cluster, give each executor OUTBOX_DATABASE_URL, or pass a
+    password-less --url and a .pgpass file.
+    """
+    from pipeline.jobs import load_job
+    from pipeline.spark_session import outbox_session
+
+    try:
+        module = load_job(job)
+    except KeyError as error:
+        raise click.BadParameter(str(error.args[0]), param_hint="JOB") from None
+    arguments = module.argument_parser().parse_args(job_arguments)
+    if arguments.url is None and not os.environ.get(DATABASE_URL_VARIABLE):
+        # Before the session starts: the JVM and its Python workers copy the environment then.
+        os.environ[DATABASE_URL_VARIABLE] = context.database_url
+    query = module.start(outbox_session(master, app_name=f"outbox-{job}"), arguments)
+    query.awaitTermination()

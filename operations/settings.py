@@ -1,0 +1,20 @@
+"""Daemon and CLI settings, from OUTBOX_* environment variables (see the README's table)."""
+
+from functools import cache
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CommandLineSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore")
+
+    # Unset: the CLI starts an embedded PostgreSQL under data_dir and uses that.
+    database_url: str | None = None
+    data_dir: Path = Path(".outbox")
+    log_level: str = "INFO"
+
+
+@cache
+def command_line_settings() -> CommandLineSettings:
+    return CommandLineSettings()

@@ -1,3 +1,0 @@
-from poller.cli.main import main
-
-main()

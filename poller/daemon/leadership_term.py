@@ -1,0 +1,438 @@
+"""One leadership term of one subscription: the driver around the pure state machine.
+
+Reads feed `messages_read`; handler outcomes feed `acked`/`failed`/...; a ticker feeds `tick`
+and renews the lease. Deliver commands start handler tasks at once; every command that writes
+(park, unpark, checkpoint) goes through one queue and one task, so writes happen in the order
+the machine emitted them. The term ends when the process stops (graceful: in-flight handlers
+finish, the final checkpoint is written), or when the lease or the connection is lost
+(abrupt: nothing more is written; the next leader resumes from the stored checkpoint).
+"""
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import threading
+import time
+from typing import Any, cast
+
+import psycopg
+
+from outbox.positions import Position
+from outbox.storable_text import storable_text
+from poller.daemon.consumers import Consumers
+from poller.daemon.handlers import DeliverySuperseded, HandlerCaller
+from poller.daemon.notify_listener import NotifyListener
+from poller.daemon.options import DaemonOptions
+from poller.daemon.poll_interval import AdaptiveInterval
+from poller.daemon.self_fence import SelfFence
+from poller.daemon.stall import StallWatch
+from poller.message import Message
+from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
+from poller.store.leader_store import LeaderStore
+from poller.store.records import Blocker, LeaseState, SubscriptionRecord, settings_from_stored
+from poller.subscription import (
+    Command,
+    Deliver,
+    Envelope,
+    Park,
+    ReplayDone,
+    SubscriptionMachine,
+    WriteCheckpoint,
+)
+
+log = logging.getLogger(__name__)
+
+WriteCommand = Park | ReplayDone | WriteCheckpoint
+
+
+class LeadershipLost(Exception):  # noqa: N818 - an event the worker handles, not a bug
+    """Another process holds the subscription now; stop without writing anything."""
+
+
+class LeadershipTerm:
+    def __init__(
+        self,
+        store: LeaderStore,
+        fence: SelfFence,
+        record: SubscriptionRecord,
+        caller: HandlerCaller,
+        options: DaemonOptions,
+        notifications: NotifyListener,
+        stop: asyncio.Event,
+    ) -> None:
+        self._store = store
+        self._fence = fence
+        self._record = record
+        self._caller = caller
+        self._options = options
+        self._notifications = notifications
+        self._stop = stop
+        self._settings = record.settings
+        self._stored_settings = record.stored_settings
+        self.machine = SubscriptionMachine(
+            self._settings, now=time.monotonic(), start=record.checkpoint, epoch=record.epoch
+        )
+        self._writes: asyncio.Queue[WriteCommand] = asyncio.Queue()
+        self._consumers = Consumers(
+            self._settings.max_in_flight, self._deliver, self._consumer_crashed
+        )
+        # The parked row each unfinished replay read, by position: its ReplayDone deletes that
+        # row only, never one a later park of the same position wrote.
+        self._replayed_rows: dict[Position, datetime.datetime] = {}
+        # Replays requested before this term began were for a previous leader; see README.
+        self._replay_requests_seen = record.replay_requests
+        # Settings other than the consumer count changed: end this term gracefully and let
+        # the worker start a new one with a machine built for the new settings.
+        self.restart_requested = False
+        # Messages whose handlers did not finish within the shutdown timeout (graceful stop).
+        self.abandoned: list[Message] = []
+        self._runtime_written: dict[str, Any] | None = None
+        # Set when the term ends: deliveries still queued for a handler thread must not start.
+        self._over = False
+        self._end_term = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._starts: list[int] = []  # handler starts not yet reported to the machine
+        # Set when the buffer has room for a worthwhile read (see _read_loop).
+        self._room = asyncio.Event()
+        self._interval = AdaptiveInterval(
+            options.poll_interval_min, options.poll_interval_max, options.hidden_recheck
+        )
+        self._stall = StallWatch(options.stall_threshold, options.stall_repeat)
+
+    async def run(self) -> None:
+        name = self._record.subscription_id
+        log.info("leading %s from %s (epoch %s)", name, self._record.checkpoint, self._record.epoch)
+        reader = asyncio.create_task(self._read_loop(), name=f"{name}:reader")
+        ticker = asyncio.create_task(self._tick_loop(), name=f"{name}:ticker")
+        writer = asyncio.create_task(self._write_loop(), name=f"{name}:writer")
+        stopping = asyncio.create_task(self._stopped(), name=f"{name}:stop")
+        loops = {reader, ticker, writer}
+        try:
+            done, _ = await asyncio.wait(loops | {stopping}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done & loops:
+                task.result()  # a loop only ends by raising: the term is over
+            await self._finish_gracefully(reader, ticker, writer)
+        finally:
+            self._over = True
+            stopping.cancel()
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            await self._consumers.close()
+
+    async def _stopped(self) -> None:
+        stop = asyncio.ensure_future(self._stop.wait())
+        end = asyncio.ensure_future(self._end_term.wait())
+        try:
+            await asyncio.wait({stop, end}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when cancelled (a term lost to an error): no pending waiters leak
+            stop.cancel()
+            end.cancel()
+
+    # Reading ------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        publication = self._record.publication
+        while True:
+            want = min(self.machine.read_wanted(), self._settings.read_batch_size)
+            if want < self._worthwhile_read() and self.machine.buffered_count:
+                # Reading the one slot each ack frees costs a query per message; wait until a
+                # real batch fits (acks set _room), while the buffer still feeds the consumers.
+                self._room.clear()
+                await self._room.wait()
+                continue
+            epoch = self.machine.epoch
+            after = self.machine.next_read_position
+            batch = await self._store.read_batch(publication, after, want)
+            if epoch != self.machine.epoch:
+                continue  # a seek happened during the read: these rows belong to the old epoch
+            if batch:
+                envelopes = [Envelope(m.at, m.partition_key, m) for m in batch]
+                self._carry_out(self.machine.messages_read(envelopes, epoch, time.monotonic()))
+            hidden = len(batch) < want and await self._watch_hidden(after, batch)
+            delay = self._interval.next_delay(found_messages=bool(batch), hidden_messages=hidden)
+            if delay:
+                await self._notifications.wait(publication, delay)
+
+    def _wake_reader_if_room(self) -> None:
+        if self.machine.read_wanted() >= self._worthwhile_read() or not self.machine.buffered_count:
+            self._room.set()
+
+    def _worthwhile_read(self) -> int:
+        return max(1, min(self._settings.read_batch_size, self._settings.buffer_size // 2))
+
+    async def _watch_hidden(self, after: Position, batch: list[Message]) -> bool:
+        """Are committed rows waiting behind the safe frontier? Warn if they wait too long."""
+        last = batch[-1].at if batch else after
+        oldest_hidden = await self._store.oldest_hidden_transaction(self._record.publication, last)
+        now = time.monotonic()
+        if self._stall.observe(now, hidden=oldest_hidden is not None) and oldest_hidden:
+            await self._warn_stalled(oldest_hidden, self._stall.waited(now))
+        return oldest_hidden is not None
+
+    async def _warn_stalled(self, oldest_hidden: int, waited: float) -> None:
+        try:
+            rows = await self._store.blockers_before(oldest_hidden)
+        except psycopg.OperationalError:
+            raise  # the connection is gone: the term ends as for any lost connection
+        except psycopg.Error as error:
+            # A diagnosis only: whatever its query meets (a view changed by hand, a
+            # privilege missing), delivery must not stop over it.
+            rows = []
+            log.warning("cannot name the blockers (%s)", error)
+        blockers = [Blocker(*row) for row in rows]
+        described = "; ".join(b.describe() for b in blockers) or "none found (already ended?)"
+        log.warning(
+            "subscription %s: committed messages have waited %.1f s behind the safe frontier"
+            " (transaction %s and later); held back by: %s",
+            self._record.subscription_id,
+            waited,
+            oldest_hidden,
+            described,
+        )
+
+    # Delivering ---------------------------------------------------------------------------
+
+    def _carry_out(self, commands: list[Command]) -> None:
+        for command in commands:
+            if isinstance(command, Deliver):
+                self._consumers.push(command)
+            else:
+                self._writes.put_nowait(command)
+
+    def _consumer_crashed(self, consumer: int) -> None:
+        self._carry_out(self.machine.consumer_died(consumer, time.monotonic()))
+
+    async def _deliver(self, command: Deliver) -> None:
+        message = _message_of(command.envelope)
+        if message.delivery_attempt != command.attempt:
+            message = message.with_attempt(command.attempt)
+        delivery = command.delivery_id
+
+        def wanted() -> bool:  # on the handler's thread, right before it starts
+            if self._over:
+                return False  # queued for a thread by a term that has ended since
+            if not self._fence.may_start(time.monotonic()):
+                return False  # the lease may be gone: another process may run this key
+            if not (command.replayed or command.epoch == self.machine.epoch):
+                return False  # sought away while it waited for a thread
+            # message_timeout runs from here, not from the Deliver: time spent waiting for a
+            # thread is not the handler's. An async handler starts on the loop's own thread,
+            # where waking the loop through its self-pipe would cost a syscall per message.
+            if threading.get_ident() == self._loop_thread:
+                self._started(delivery)
+            else:
+                self._loop.call_soon_threadsafe(self._started, delivery)
+            return True
+
+        if (wait := self._fence.wait_before_start(time.monotonic())) > 0:
+            await asyncio.sleep(wait)  # the previous leader's lease has not run out yet
+        try:
+            await self._caller(message, wanted)
+        except DeliverySuperseded:  # not started: frees the key, and is no attempt
+            outcome = self.machine.withdrawn(delivery, time.monotonic())
+        except RetryMessage:
+            outcome = self.machine.requested_retry(delivery, time.monotonic())
+        except ParkMessage as request:
+            outcome = self.machine.requested_park(delivery, request.reason, time.monotonic())
+        except SkipMessage:
+            outcome = self.machine.requested_skip(delivery, time.monotonic())
+        except Exception as error:  # the handler's failure is data for the machine
+            log.debug("handler failed on %r", message, exc_info=True)
+            reason = f"{type(error).__name__}: {error}"
+            outcome = self.machine.failed(delivery, reason, time.monotonic())
+        else:
+            outcome = self.machine.acked(delivery, time.monotonic())
+        self._carry_out(outcome)
+        self._wake_reader_if_room()
+
+    def _started(self, delivery: int) -> None:
+        """Collect the starts of one loop iteration and tell the machine once (a start that
+        arrives after its delivery's outcome is ignored by the machine)."""
+        self._starts.append(delivery)
+        if len(self._starts) == 1:
+            self._loop.call_soon(self._report_starts)
+
+    def _report_starts(self) -> None:
+        starts, self._starts = self._starts, []
+        self._carry_out(self.machine.started(starts, time.monotonic()))
+
+    # Writing ------------------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        while True:
+            command = await self._writes.get()
+            await self._write(command)
+            self._writes.task_done()
+
+    async def _write(self, command: WriteCommand) -> None:
+        """Every write carries the epoch the machine issued it under, never the current one:
+        a checkpoint queued before a seek and stamped with the seek's epoch once undid it."""
+        if isinstance(command, WriteCheckpoint):
+            await self._write_checkpoint(command.position, command.epoch)
+        elif isinstance(command, Park):
+            await self._park(command)
+        else:
+            parked_at = self._replayed_rows.pop(command.position, None)
+            if parked_at is None:
+                return  # every replay's row is recorded when it is read; nothing to delete
+            if not await self._store.unpark(command.position, parked_at):
+                await self._renew()  # fenced out: raises; else purged or parked anew meanwhile
+
+    async def _park(self, command: Park) -> None:
+        message = _message_of(command.envelope)
+        if command.replayed:
+            # Its row is updated (a new parked_at): the next replay request reads it again.
+            self._replayed_rows.pop(message.at, None)
+        # A replay belongs to no epoch (replays outlive seeks); a stream park to its own.
+        epoch = None if command.replayed else command.epoch
+        attempts = await self._store.park(epoch, message, command.attempts, command.reason)
+        if attempts is None:
+            await self._renew()  # fenced out: raises; else a seek ended that epoch: dropped
+            return
+        log.warning(
+            "subscription %s parked %r after %d attempts in all: %s",
+            self._record.subscription_id,
+            message,
+            attempts,
+            storable_text(command.reason),
+        )
+        self._carry_out(self.machine.parked(message.at, command.epoch, time.monotonic()))
+
+    async def _write_checkpoint(self, position: Position, epoch: int) -> None:
+        runtime = self._runtime()
+        if await self._store.write_checkpoint(epoch, position, runtime):
+            self._runtime_written = runtime
+            self._carry_out(self.machine.checkpoint_written(position, epoch, time.monotonic()))
+            return
+        # Fenced out, or the epoch moved under us (a seek): a renewal tells which, and raises
+        # or applies the seek (whose own checkpoint write then follows).
+        await self._renew()
+        if epoch == self.machine.epoch:
+            log.error(
+                "subscription %s: checkpoint %s refused although this process leads epoch"
+                " %s; the stored checkpoint is ahead of it. Restarting the term.",
+                self._record.subscription_id,
+                position,
+                epoch,
+            )
+            self.restart_requested = True
+            self._end_term.set()
+
+    def _runtime(self) -> dict[str, Any]:
+        machine = self.machine
+        return {
+            "consumers": machine.consumers,
+            "in_flight": sum(machine.in_flight_by_consumer.values()),
+            "in_flight_by_consumer": {str(k): v for k, v in machine.in_flight_by_consumer.items()},
+            "retry_queue": machine.retry_queue_length,
+            "buffered": machine.buffered_count,
+            "draining_keys": sorted(machine.draining_keys)[:100],
+        }
+
+    # Ticking and renewing -----------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        next_renewal = time.monotonic() + self._options.renew_every
+        while True:
+            await asyncio.sleep(self._options.tick_every)
+            if self._fence.lapsed(time.monotonic()):
+                # No renewal got through in time (the database is unreachable or slow): stop
+                # before a standby may start this subscription's keys.
+                raise LeadershipLost(f"{self._record.subscription_id}: lease not renewed in time")
+            self._carry_out(self.machine.tick(time.monotonic()))
+            # Room also appears without any handler outcome (a seek drops the buffer).
+            self._wake_reader_if_room()
+            if time.monotonic() >= next_renewal:
+                await self._renew()
+                await self._write_runtime_if_changed()
+                next_renewal = time.monotonic() + self._options.renew_every
+
+    async def _write_runtime_if_changed(self) -> None:
+        """The runtime figures go out with each checkpoint; while no checkpoint moves (idle,
+        or a message stuck in flight) they would go stale, so they also follow a renewal."""
+        runtime = self._runtime()
+        if runtime != self._runtime_written:
+            if not await self._store.write_runtime(runtime):
+                raise LeadershipLost(self._record.subscription_id)
+            self._runtime_written = runtime
+
+    async def _renew(self) -> None:
+        sent_at = time.monotonic()
+        state = await self._store.renew()
+        if state is None:
+            raise LeadershipLost(self._record.subscription_id)
+        self._fence.renewed(sent_at)
+        now = time.monotonic()
+        if state.epoch > self.machine.epoch:
+            log.info("subscription %s: seek to %s", self._record.subscription_id, state.checkpoint)
+            self._carry_out(self.machine.seek(state.checkpoint, state.epoch, now))
+        if state.settings != self._stored_settings:
+            self._apply_settings(state.settings, now)
+        await self._replay_if_requested(state)
+
+    def _apply_settings(self, stored: dict[str, Any], now: float) -> None:
+        changed = settings_from_stored(stored)
+        only_consumers = changed.to_mapping() | {"consumers": self._settings.consumers}
+        if only_consumers != self._settings.to_mapping():
+            log.info("subscription %s: settings changed, restarting", self._record.subscription_id)
+            self.restart_requested = True
+            self._end_term.set()
+            return
+        log.info("subscription %s: %s consumers", self._record.subscription_id, changed.consumers)
+        self._stored_settings, self._settings = stored, changed
+        self._carry_out(self.machine.consumer_count_changed(changed.consumers, now))
+
+    async def _replay_if_requested(self, state: LeaseState) -> None:
+        if state.replay_requests == self._replay_requests_seen:
+            return
+        self._replay_requests_seen = state.replay_requests
+        parked = await self._store.parked_messages()
+        for message, parked_at in parked:
+            # The machine ignores a position whose earlier replay is still unfinished; that
+            # replay keeps the row it read.
+            self._replayed_rows.setdefault(message.at, parked_at)
+        messages = [message for message, _ in parked]
+        envelopes = [Envelope(m.at, m.partition_key, m) for m in messages]
+        log.info(
+            "subscription %s: replay of %d parked", self._record.subscription_id, len(messages)
+        )
+        self._carry_out(self.machine.replay(envelopes, time.monotonic()))
+
+    # Stopping -----------------------------------------------------------------------------
+
+    async def _finish_gracefully(
+        self, reader: asyncio.Task[None], ticker: asyncio.Task[None], writer: asyncio.Task[None]
+    ) -> None:
+        """Stop reading, let handlers in flight finish (bounded), write the final checkpoint."""
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        if not await self._consumers.wait_idle(self._options.shutdown_timeout):
+            self.abandoned = [_message_of(c.envelope) for c in self._consumers.delivering()]
+            log.error(
+                "subscription %s: handlers still running after %g s, stopping without them: %s",
+                self._record.subscription_id,
+                self._options.shutdown_timeout,
+                ", ".join(map(repr, self.abandoned)) or "none in flight (queued for a thread)",
+            )
+        ticker.cancel()
+        writes_done = asyncio.ensure_future(self._writes.join())
+        try:
+            await asyncio.wait({writes_done, writer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            writes_done.cancel()  # the writer may have ended first (by raising)
+        if writer.done():
+            writer.result()
+        final = self.machine.final_checkpoint()
+        if final is not None:
+            await self._write_checkpoint(final.position, final.epoch)
+        await self._store.release()
+        log.info("stopped %s at %s", self._record.subscription_id, self.machine.checkpoint)
+
+
+def _message_of(envelope: Envelope) -> Message:
+    """The machine carries the daemon's Message as an opaque payload; this term put it there."""
+    return cast(Message, envelope.payload)

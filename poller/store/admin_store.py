@@ -1,0 +1,101 @@
+"""Every statement an operator's command runs, one short transaction each (sync psycopg)."""
+
+import json
+from typing import Any
+
+import psycopg
+
+from outbox.positions import Position
+from outbox.queries import QUERIES
+from poller.store.records import SubscriptionRecord
+
+
+class AdminStore:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def insert_subscription(
+        self, name: str, publication: str, at: Position, settings: dict[str, Any]
+    ) -> bool:
+        """False if the name is taken."""
+        row = self._conn.execute(
+            QUERIES["create_subscription"],
+            {
+                "subscription": name,
+                "publication": publication,
+                **at.query_parameters(),
+                "settings": json.dumps(settings),
+            },
+        ).fetchone()
+        return row is not None
+
+    def subscription(self, name: str) -> SubscriptionRecord | None:
+        row = self._conn.execute(QUERIES["get_subscription"], {"subscription": name}).fetchone()
+        return None if row is None else SubscriptionRecord.from_row(row)
+
+    def subscriptions(self) -> list[SubscriptionRecord]:
+        rows = self._conn.execute(QUERIES["list_subscriptions"])
+        return [SubscriptionRecord.from_row(row) for row in rows]
+
+    def delete_subscription(self, name: str) -> bool:
+        row = self._conn.execute(QUERIES["delete_subscription"], {"subscription": name})
+        return row.fetchone() is not None
+
+    def replace_settings(self, name: str, settings: dict[str, Any]) -> None:
+        self._conn.execute(
+            QUERIES["update_subscription_settings"],
+            {"subscription": name, "settings": json.dumps(settings)},
+        )
+
+    def seek(self, name: str, to: Position) -> int | None:
+        """The new epoch, or None if there is no such subscription."""
+        row = self._conn.execute(
+            QUERIES["seek_subscription"], {"subscription": name, **to.query_parameters()}
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def leader_alive(self, name: str) -> bool:
+        row = self._conn.execute(QUERIES["leader_alive"], {"subscription": name}).fetchone()
+        return bool(row and row[0])
+
+    def request_replay(self, name: str) -> None:
+        self._conn.execute(QUERIES["request_replay"], {"subscription": name})
+
+    def parked(self, name: str, limit: int) -> list[tuple[Any, ...]]:
+        return self._conn.execute(
+            QUERIES["list_parked"], {"subscription": name, "limit": limit}
+        ).fetchall()
+
+    def purge_parked(self, name: str) -> int:
+        return self._conn.execute(QUERIES["purge_parked"], {"subscription": name}).rowcount
+
+    def status(self) -> list[tuple[Any, ...]]:
+        """subscription_status's columns, then the oldest transaction the frontier hides."""
+        return self._conn.execute(QUERIES["subscription_status_with_hidden"]).fetchall()
+
+    def blockers_before(self, transaction_id: int) -> list[tuple[Any, ...]]:
+        """The sessions and prepared transactions holding back rows at `transaction_id`."""
+        return self._conn.execute(
+            QUERIES["blocking_transactions_before"], {"transaction_id": str(transaction_id)}
+        ).fetchall()
+
+    def next_transaction_id(self) -> int:
+        row = self._conn.execute(QUERIES["next_transaction_id"]).fetchone()
+        assert row is not None  # a SELECT without FROM always returns its one row
+        return int(row[0])
+
+    def message_by_id(self, publication: str, message_id: str) -> tuple[Any, ...] | None:
+        return self._conn.execute(
+            QUERIES["get_message_by_id"], {"publication": publication, "message_id": message_id}
+        ).fetchone()
+
+    def message_at(self, publication: str, at: Position) -> tuple[Any, ...] | None:
+        return self._conn.execute(
+            QUERIES["get_message_at_position"],
+            {"publication": publication, **at.query_parameters()},
+        ).fetchone()
+
+    def delete_publication_messages(self, publication: str) -> int:
+        return self._conn.execute(
+            QUERIES["delete_publication_messages"], {"publication": publication}
+        ).rowcount

@@ -1,0 +1,145 @@
+"""Every statement a subscription's leader runs, on its two connections.
+
+The leader writes on one connection (lease renewals, checkpoints, parked rows) and reads on
+another: a checkpoint commit (an fsync) or a renewal would otherwise hold the next read back
+and show in the latency tail. The term (poller.daemon.leadership_term) only coordinates.
+"""
+
+import datetime
+import json
+from typing import Any
+
+import psycopg
+
+from outbox.positions import Position
+from outbox.queries import QUERIES
+from outbox.storable_text import storable_text
+from poller.message import Message
+from poller.store.message_reads import message_from_row, read_batch_async
+from poller.store.records import Lease, LeaseState, SubscriptionRecord
+
+Connection = psycopg.AsyncConnection[Any]
+
+
+async def try_acquire(conn: Connection, lease: Lease) -> float | None:
+    """Take the lease when it is free, expired, or its holder's session is gone; a takeover
+    raises the fencing token, which `lease.token` then holds. Returns how many seconds the
+    previous holder's lease had left (0.0 when none), or None while someone else leads."""
+    cursor = await conn.execute(QUERIES["acquire_leadership"], lease.query_parameters())
+    row = await cursor.fetchone()
+    lease.token = None if row is None else int(row[0])
+    return None if row is None else float(row[1])
+
+
+async def load_subscription(conn: Connection, subscription_id: str) -> SubscriptionRecord | None:
+    cursor = await conn.execute(QUERIES["get_subscription"], {"subscription": subscription_id})
+    row = await cursor.fetchone()
+    return None if row is None else SubscriptionRecord.from_row(row)
+
+
+class LeaderStore:
+    def __init__(self, conn: Connection, read_conn: Connection, lease: Lease) -> None:
+        self._conn = conn
+        self._read_conn = read_conn
+        self.lease = lease
+        self._subscription = lease.subscription_id
+
+    # Reads, on the read connection --------------------------------------------------------
+
+    async def read_batch(self, publication: str, after: Position, limit: int) -> list[Message]:
+        return await read_batch_async(self._read_conn, publication, after, limit)
+
+    async def oldest_hidden_transaction(self, publication: str, after: Position) -> int | None:
+        """The oldest committed transaction after `after` that the safe frontier still hides."""
+        cursor = await self._read_conn.execute(
+            QUERIES["oldest_hidden_transaction"],
+            {"publication": publication, **after.query_parameters("after_")},
+        )
+        row = await cursor.fetchone()
+        return None if row is None else row[0]
+
+    async def blockers_before(self, transaction_id: int) -> list[tuple[Any, ...]]:
+        """Sessions and prepared transactions holding back rows at or after transaction_id."""
+        cursor = await self._read_conn.execute(
+            QUERIES["blocking_transactions_before"], {"transaction_id": str(transaction_id)}
+        )
+        return await cursor.fetchall()
+
+    # The subscription and its parked messages ---------------------------------------------
+
+    async def parked_messages(self) -> list[tuple[Message, datetime.datetime]]:
+        """Each parked message with its row's parked_at, which identifies that very row."""
+        cursor = await self._conn.execute(
+            QUERIES["read_parked_messages"], {"subscription": self._subscription}
+        )
+        return [(message_from_row(row[:-1]), row[-1]) for row in await cursor.fetchall()]
+
+    # Leadership ---------------------------------------------------------------------------
+
+    async def renew(self) -> LeaseState | None:
+        """The subscription as stored now, or None when another process took the lease."""
+        cursor = await self._conn.execute(
+            QUERIES["renew_leadership"], self.lease.query_parameters()
+        )
+        row = await cursor.fetchone()
+        return None if row is None else LeaseState.from_row(row)
+
+    async def release(self) -> None:
+        await self._conn.execute(QUERIES["release_leadership"], self.lease.query_parameters())
+
+    # Fenced writes ------------------------------------------------------------------------
+
+    async def write_checkpoint(
+        self, epoch: int, position: Position, runtime: dict[str, Any]
+    ) -> bool:
+        """False when refused: fenced out, another epoch, or it would move backwards."""
+        cursor = await self._conn.execute(
+            QUERIES["write_checkpoint"],
+            {
+                **self.lease.query_parameters(),
+                "epoch": epoch,
+                **position.query_parameters(),
+                "runtime": json.dumps(runtime),
+            },
+        )
+        return await cursor.fetchone() is not None
+
+    async def park(
+        self, epoch: int | None, message: Message, attempts: int, reason: str
+    ) -> int | None:
+        """The row's attempts in all (a replay's add to the earlier ones), or None when
+        refused: fenced out, or (for a stream message) another epoch. A replay passes epoch
+        None: it belongs to no epoch, replays outlive seeks."""
+        cursor = await self._conn.execute(
+            QUERIES["park_message"],
+            {
+                **self.lease.query_parameters(),
+                "epoch": epoch,
+                **message.at.query_parameters(),
+                "attempts": attempts,
+                "last_error": storable_text(reason),
+            },
+        )
+        row = await cursor.fetchone()
+        return None if row is None else int(row[0])
+
+    async def unpark(self, position: Position, parked_at: datetime.datetime) -> bool:
+        """Delete the parked row a replay read (`parked_at` names it). False when fenced out,
+        or when that row is gone (a purge) or was replaced by a newer park."""
+        cursor = await self._conn.execute(
+            QUERIES["unpark_message"],
+            {
+                **self.lease.query_parameters(),
+                "position": position.position,
+                "parked_at": parked_at,
+            },
+        )
+        return await cursor.fetchone() is not None
+
+    async def write_runtime(self, runtime: dict[str, Any]) -> bool:
+        """False when fenced out."""
+        cursor = await self._conn.execute(
+            QUERIES["write_runtime"],
+            {**self.lease.query_parameters(), "runtime": json.dumps(runtime)},
+        )
+        return await cursor.fetchone() is not None

@@ -1,0 +1,66 @@
+"""The snapshot-safe read (and, for contrast, the naive one).
+
+Rows are read only below pg_snapshot_xmin(pg_current_snapshot()): every transaction that could
+still commit a row at a lower (transaction_id, position) has ended, so keyset paging from a
+checkpoint never passes a row that commits late. No gap detection is needed.
+"""
+
+from typing import Any
+
+import psycopg
+
+from outbox.positions import Position
+from outbox.queries import QUERIES
+from poller.message import Message
+
+
+def message_from_row(row: tuple[Any, ...]) -> Message:
+    (
+        position,
+        transaction_id,
+        publication,
+        message_id,
+        message_type,
+        key,
+        data,
+        headers,
+        appended_at,
+    ) = row
+    return Message(
+        position=position,
+        transaction_id=transaction_id,
+        publication=publication,
+        message_id=message_id,
+        message_type=message_type,
+        partition_key=key,
+        data_text=data,
+        headers_text=headers,
+        appended_at=appended_at,
+    )
+
+
+def read_batch(
+    conn: psycopg.Connection[Any], publication: str, after: Position, limit: int
+) -> list[Message]:
+    """Up to `limit` committed messages after `after`, in (transaction_id, position) order."""
+    rows = conn.execute(QUERIES["read_batch"], _params(publication, after, limit)).fetchall()
+    return [message_from_row(row) for row in rows]
+
+
+async def read_batch_async(
+    conn: psycopg.AsyncConnection[Any], publication: str, after: Position, limit: int
+) -> list[Message]:
+    cursor = await conn.execute(QUERIES["read_batch"], _params(publication, after, limit))
+    return [message_from_row(row) for row in await cursor.fetchall()]
+
+
+def safe_frontier(conn: psycopg.Connection[Any]) -> int:
+    """The oldest transaction id still running in the cluster."""
+    row = conn.execute(QUERIES["safe_frontier"]).fetchone()
+    assert row is not None  # a SELECT without FROM always returns its one row
+    frontier: int = row[0]
+    return frontier
+
+
+def _params(publication: str, after: Position, limit: int) -> dict[str, Any]:
+    return {"publication": publication, **after.query_parameters("after_"), "limit": limit}

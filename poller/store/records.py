@@ -1,0 +1,118 @@
+"""Subscriptions and leases as the store reads and writes them."""
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from outbox.positions import Position
+from poller.subscription import SubscriptionSettings
+
+# Stored with a subscription that something other than the daemon consumes (the Spark
+# source keeps its progress in one); not a setting of the state machine.
+KIND_KEY = "kind"
+
+
+def settings_from_stored(stored: dict[str, Any]) -> SubscriptionSettings:
+    """Stored JSON (missing settings take their defaults), without the non-setting `kind`."""
+    return SubscriptionSettings.from_mapping({k: v for k, v in stored.items() if k != KIND_KEY})
+
+
+@dataclass(frozen=True)
+class SubscriptionRecord:
+    subscription_id: str
+    publication: str
+    checkpoint: Position
+    epoch: int
+    stored_settings: dict[str, Any]
+    replay_requests: int
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> "SubscriptionRecord":
+        name, publication, transaction_id, position, epoch, settings, replays = row
+        return cls(name, publication, Position(transaction_id, position), epoch, settings, replays)
+
+    @property
+    def settings(self) -> SubscriptionSettings:
+        return settings_from_stored(self.stored_settings)
+
+    @property
+    def kind(self) -> str | None:
+        """Who consumes it: None for the daemon, "spark" for a Spark query's progress."""
+        kind = self.stored_settings.get(KIND_KEY)
+        return None if kind is None else str(kind)
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """What a renewal returns: the subscription as stored now."""
+
+    epoch: int
+    checkpoint: Position
+    settings: dict[str, Any]
+    replay_requests: int
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> "LeaseState":
+        epoch, transaction_id, position, settings, replay_requests = row
+        return cls(epoch, Position(transaction_id, position), settings, replay_requests)
+
+
+def new_holder_id() -> str:
+    # application_name is at most 63 bytes; this stays well under.
+    return f"outbox-poller:{uuid.uuid4().hex[:16]}"
+
+
+@dataclass
+class Lease:
+    """Who asks to lead a subscription, and the fencing token once it does.
+
+    The holder id doubles as the connection's application_name, so a standby sees at once
+    when the leader's session is gone (kill -9, lost connection) instead of waiting for the
+    lease to expire. A leader that is merely paused keeps its session; the expiry covers it.
+    """
+
+    subscription_id: str
+    holder: str
+    ttl_seconds: float
+    token: int | None = None
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+
+    def query_parameters(self) -> dict[str, Any]:
+        return {
+            "subscription": self.subscription_id,
+            "holder": self.holder,
+            "host": self.host,
+            "pid": self.pid,
+            "ttl_seconds": self.ttl_seconds,
+            "token": self.token,
+        }
+
+
+class Blocker(NamedTuple):
+    """A session or prepared transaction holding back the safe frontier (a row of
+    outbox.blocking_transactions). Fields are None where pg_stat_activity hides them:
+    another user's session, seen without pg_read_all_stats."""
+
+    kind: str
+    pid: int | None
+    database: str | None
+    user_name: str | None
+    application_name: str | None
+    client_address: str | None
+    state: str | None
+    transaction_age: float | None
+    query_start: str | None
+
+    def describe(self) -> str:
+        """One line for the daemon's stall warning."""
+        who = f"pid {self.pid}" if self.pid is not None else f"gid {self.application_name!r}"
+        query = (self.query_start or "").replace("\n", " ")[:80]
+        age = "?" if self.transaction_age is None else f"{self.transaction_age:.1f}"
+        return (
+            f"{self.kind} {who} (database {self.database}, user {self.user_name},"
+            f" application {self.application_name!r}, client {self.client_address or 'local'},"
+            f" state {self.state}, in transaction for {age} s, query {query!r})"
+        )

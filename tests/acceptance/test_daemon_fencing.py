@@ -1,0 +1,100 @@
+"""No key in two processes at once: a leader whose database sessions were terminated keeps
+buffered messages, and a standby takes over the moment those sessions are gone. The leader's
+self-fencing (it starts nothing once its lease may have run out) and the new leader's wait
+for the old lease (poller/daemon/self_fence.py) keep the two apart; this drives that race
+again and again with handlers recording start and end on the machine-wide monotonic clock."""
+
+import itertools
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.daemons import DaemonGroup, daemon_group, wait_until
+from tests.support.keyed_handler import create_deliveries_table, handler_intervals
+from tests.support.stored import (
+    create_subscription,
+    current_leader,
+    stored_checkpoint,
+)
+from tests.support.writers import write_keyed_messages
+
+SLOW_HANDLER = "tests.support.keyed_handler:handle_slowly"
+TERMINATIONS = 5
+
+
+@pytest.fixture
+def daemons(database_url: str, tmp_path: Path) -> Iterator[DaemonGroup]:
+    create_deliveries_table(database_url)
+    with daemon_group(database_url, tmp_path) as group:
+        yield group
+
+
+def terminate_sessions_of(url: str, holder: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (holder,),
+        ).fetchall()
+    return len(rows)
+
+
+@pytest.mark.slow
+def test_terminated_leader_sessions_never_leave_a_key_in_two_processes(
+    database_url: str, daemons: DaemonGroup
+) -> None:
+    create_subscription(
+        database_url, "cg", "orders", strategy="pinned", consumers=8, max_retry_count=50
+    )
+    write_keyed_messages(database_url, "orders", 3000, keys=40, seed=11)
+    options = ("--lease-seconds", "2", "--standby-poll", "0.1")
+    for _ in range(2):
+        daemons.start("cg", *options, handler=SLOW_HANDLER)
+
+    for round_number in range(TERMINATIONS):
+        leader = wait_until(lambda: current_leader(database_url, "cg"), 30, "a leader")
+        # Let the term fill its buffer and run handlers, then cut its sessions mid-stream.
+        time.sleep(1.0)
+        assert terminate_sessions_of(database_url, leader.holder), f"round {round_number}"
+        wait_until(
+            lambda old=leader.token: (
+                (now := current_leader(database_url, "cg")) is not None and now.token > old
+            ),
+            30,
+            "a takeover",
+        )
+
+    last = max(interval.position for interval in handler_intervals(database_url))
+    wait_until(
+        lambda: (
+            stored_checkpoint(database_url, "cg").position >= last
+            and len({i.pid for i in handler_intervals(database_url)}) >= 1
+        ),
+        180,
+        "the backlog to drain",
+    )
+
+    intervals = wait_until(
+        lambda: (
+            (rows := handler_intervals(database_url))
+            and all(row.finished is not None for row in rows)
+            and rows
+        ),
+        30,
+        "every handler to finish",
+    )
+    assert len({i.pid for i in intervals}) == 2, "both processes led at some point"
+    by_key: dict[str | None, list[tuple[float, float, int]]] = defaultdict(list)
+    for interval in intervals:
+        assert interval.finished is not None
+        by_key[interval.partition_key].append((interval.started, interval.finished, interval.pid))
+    for key, runs in by_key.items():
+        runs.sort()
+        for earlier, later in itertools.pairwise(runs):
+            assert earlier[1] <= later[0], (
+                f"key {key}: pid {later[2]} started it at {later[0]:.4f} while pid {earlier[2]}"
+                f" ran it until {earlier[1]:.4f}"
+            )

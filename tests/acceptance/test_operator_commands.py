@@ -1,0 +1,222 @@
+"""The operator's commands on values that used to break them, and the commands added for
+operators: `message show`, `db start/stop/status`, `parked purge`'s confirmation."""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import outbox
+from outbox.positions import Position
+from tests.support.cli import OUTBOX_SCRIPT, outbox_command
+from tests.support.databases import DatabaseFactory
+from tests.support.stored import create_subscription, stored_checkpoint
+
+ESCAPE = "\x1b]0;pwned\x07"
+
+
+def park(url: str, subscription: str, error: str) -> int:
+    with psycopg.connect(url) as conn:
+        position = outbox.append(conn, "orders", "OrderPlaced", {"n": 1})
+        conn.execute(
+            "INSERT INTO outbox.parked_messages "
+            "(subscription_id, position, transaction_id, attempts, last_error) "
+            "SELECT %s, position, transaction_id, 3, %s FROM outbox.messages WHERE position = %s",
+            (subscription, error, position),
+        )
+    return position
+
+
+@pytest.mark.parametrize("name", ["[/]", "[bold]x", ESCAPE])
+def test_markup_and_escapes_in_names_and_errors_are_printed_as_text(
+    database_url: str, name: str
+) -> None:
+    if name.isprintable():
+        create_subscription(database_url, name, name)
+    else:
+        # `subscription create` refuses control characters now; a row written by hand (or
+        # by an older version) must still print safely.
+        with psycopg.connect(database_url) as conn:
+            conn.execute(
+                "INSERT INTO outbox.subscriptions (subscription_id, publication_id,"
+                " last_processed_transaction_id, last_processed_position)"
+                " VALUES (%s, %s, '0', 0)",
+                (name, name),
+            )
+    park(database_url, name, f"boom {name}")
+    for arguments in (["status"], ["subscription", "list"], ["parked", "list", name]):
+        done = outbox_command(arguments, database_url)
+        assert done.returncode == 0, done.stderr
+        assert "\x1b" not in done.stdout
+        shown = name.replace("\x1b", "\\x1b").replace("\x07", "\\x07")
+        assert shown in done.stdout, done.stdout
+    parked = outbox_command(["parked", "list", name], database_url)
+    assert f"boom {shown}" in parked.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "option"),
+    [
+        (["seek", "billing", "--to", "99999999999999999999:1"], "--to"),
+        (["seek", "billing", "--to", "1:99999999999999999999"], "--to"),
+        (["seek", "billing", "--to", "9223372036854775807:1"], "--to"),
+        (["subscription", "create", "new", "--publication", "o", "--from", "1:2:3"], "--from"),
+        (
+            ["subscription", "create", "new", "--publication", "o", "--from", f"{2**62}:1"],
+            "--from",
+        ),
+    ],
+)
+def test_positions_that_do_not_fit_or_are_in_the_future_are_refused(
+    database_url: str, arguments: list[str], option: str
+) -> None:
+    create_subscription(database_url, "billing", "orders")
+    before = stored_checkpoint(database_url, "billing")
+    done = outbox_command(arguments, database_url)
+    assert done.returncode == 1, done.stdout
+    assert option in done.stderr
+    assert stored_checkpoint(database_url, "billing") == before
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM outbox.subscriptions").fetchone() == (1,)
+
+
+def test_a_password_in_a_malformed_url_is_masked() -> None:
+    done = outbox_command(["status"], "postgresql//postgres:s3cretpw@127.0.0.1/x")
+    assert done.returncode == 1
+    assert "s3cretpw" not in done.stdout + done.stderr
+    assert "postgresql//postgres:***@127.0.0.1/x" in done.stderr
+
+
+def test_commands_before_migrate_say_to_migrate(database_factory: DatabaseFactory) -> None:
+    url = database_factory.create(migrated=False)
+    try:
+        for arguments in (["status"], ["subscription", "list"], ["seek", "x", "--to", "end"]):
+            done = outbox_command(arguments, url)
+            assert done.returncode == 1
+            assert "the outbox schema is not installed: run `outbox migrate`" in done.stderr
+            assert "Traceback" not in done.stderr
+    finally:
+        database_factory.drop(url)
+
+
+def test_purge_asks_first_and_refuses_without_a_terminal(database_url: str) -> None:
+    create_subscription(database_url, "billing", "orders")
+    park(database_url, "billing", "boom")
+    refused = outbox_command(["parked", "purge", "billing"], database_url)
+    assert refused.returncode == 1
+    assert "--yes" in refused.stderr
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM outbox.parked_messages").fetchone() == (1,)
+    purged = outbox_command(["parked", "purge", "billing", "--yes"], database_url)
+    assert purged.returncode == 0, purged.stderr
+    assert "purged 1 parked messages" in purged.stdout
+
+
+def test_a_handler_module_in_the_current_directory_is_found(
+    database_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "myhandlers.py").write_text("def on_order(message):\n    pass\n")
+    done = outbox_command(
+        ["poll", "--subscription", "missing", "--handler", "myhandlers:on_order"],
+        database_url,
+        cwd=tmp_path,
+        installed_script=True,
+    )
+    # The handler loaded; the next check (the subscription) is what stops it.
+    assert "subscription 'missing' does not exist" in done.stderr, done.stderr
+
+
+def test_poll_waits_for_a_server_that_is_down_and_fails_fast_on_a_wrong_login(
+    database_url: str,
+) -> None:
+    env = {"OUTBOX_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/x"}
+    command = [str(OUTBOX_SCRIPT), "poll", "--subscription", "s", "--handler", "json:loads"]
+    waiting = subprocess.Popen(
+        command,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(3)
+        assert waiting.poll() is None, "poll gave up on a server that may yet come up"
+    finally:
+        waiting.send_signal(signal.SIGTERM)
+        _, stderr = waiting.communicate(timeout=10)
+    assert "retrying" in stderr
+    wrong_role = database_url.replace("user=postgres", "user=nobody_here")
+    done = outbox_command(["poll", "--subscription", "s", "--handler", "json:loads"], wrong_role)
+    assert done.returncode == 1
+    assert 'role "nobody_here" does not exist' in done.stderr
+
+
+def test_message_show_prints_the_position_that_seek_takes(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        outbox.append(conn, "orders", "OrderPlaced", {"total": "[/]"}, message_id="order-7")
+        row = conn.execute(
+            "SELECT transaction_id::text::bigint, position FROM outbox.messages"
+        ).fetchone()
+    assert row is not None
+    at = Position(*row)
+    by_id = outbox_command(["message", "show", "orders", "--id", "order-7"], database_url)
+    assert by_id.returncode == 0, by_id.stderr
+    assert str(at) in by_id.stdout
+    assert "OrderPlaced" in by_id.stdout
+    assert '"[/]"' in by_id.stdout
+    by_position = outbox_command(["message", "show", "orders", "--position", str(at)], database_url)
+    assert "order-7" in by_position.stdout
+
+
+def test_status_shows_a_checkpoint_at_the_frontier_as_the_end_of_a_transaction(
+    database_url: str,
+) -> None:
+    created = outbox_command(
+        ["subscription", "create", "billing", "--publication", "orders"], database_url
+    )
+    assert created.returncode == 0, created.stderr
+    done = outbox_command(["status"], database_url)
+    assert "end of " in done.stdout
+    assert "9223372036854775807" not in done.stdout
+
+
+def test_demo_cleans_up_and_refuses_nonsense_counts(database_url: str) -> None:
+    for option, value in (("--writers", "-1"), ("--transactions", "0")):
+        refused = outbox_command(["demo", option, value], database_url)
+        assert refused.returncode == 2
+        assert value in refused.stderr
+    done = outbox_command(["demo", "--writers", "2", "--transactions", "3"], database_url)
+    assert done.returncode == 0, done.stderr
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM outbox.subscriptions").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM outbox.messages").fetchone() == (0,)
+
+
+def test_db_start_keeps_the_embedded_server_running_until_db_stop(tmp_path: Path) -> None:
+    # A short path: the server's Unix socket lives in the data directory.
+    data_dir = Path("/tmp") / f"outbox-db-{tmp_path.name[-12:]}"
+    env = {"OUTBOX_DATA_DIR": str(data_dir)}
+    try:
+        started = outbox_command(["db", "start"], None, **env)
+        assert started.returncode == 0, started.stderr
+        url = started.stdout.strip()
+        with psycopg.connect(url) as conn:  # still up after the command exited
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert "running" in outbox_command(["db", "status"], None, **env).stdout
+        stopped = outbox_command(["db", "stop"], None, **env)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "not running" in outbox_command(["db", "status"], None, **env).stdout
+    finally:
+        outbox_command(["db", "stop"], None, **env)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_db_start_with_a_configured_url_says_it_does_nothing() -> None:
+    done = outbox_command(["db", "start"], "postgresql://app@db.invalid/app")
+    assert done.returncode == 0
+    assert "OUTBOX_DATABASE_URL is set" in done.stderr
