@@ -9,12 +9,14 @@ class ConsumerPool:
     """Per-consumer in-flight counts and the sorted list of live consumers with capacity.
 
     Consumers are numbered 0..count-1. One removed by a count change keeps its in-flight
-    count until those deliveries end, but never gets new work.
+    count until those deliveries end, but never gets new work. A consumer has
+    `max_in_flight` slots, each holding up to `prefetch` deliveries that it runs in order.
     """
 
-    def __init__(self, strategy: Strategy, count: int, max_in_flight: int) -> None:
+    def __init__(self, strategy: Strategy, count: int, max_in_flight: int, prefetch: int) -> None:
         self._lowest_first = strategy is Strategy.DISPATCH_TO_SINGLE
-        self._max_in_flight = max_in_flight
+        self._slots = max_in_flight
+        self._max_in_flight = max_in_flight * prefetch
         self._count = count
         self._load: dict[int, int] = {}
         self._available = list(range(count))
@@ -26,8 +28,8 @@ class ConsumerPool:
 
     @property
     def single_slot(self) -> bool:
-        """Whether only one delivery at a time may go to a live consumer."""
-        return self._count == 1 and self._max_in_flight == 1
+        """Whether one consumer with one slot takes everything: it runs it in order."""
+        return self._count == 1 and self._slots == 1
 
     def loads(self) -> dict[int, int]:
         """In-flight deliveries per consumer that has any, removed consumers included."""
@@ -35,6 +37,14 @@ class ConsumerPool:
 
     def has_capacity(self, consumer: int) -> bool:
         return consumer < self._count and self._load.get(consumer, 0) < self._max_in_flight
+
+    def busy_only(self, consumer: int) -> bool:
+        """Whether no other consumer has anything in flight."""
+        return self._load.keys() <= {consumer}
+
+    def room(self, consumer: int) -> int:
+        """How many more deliveries a live consumer may take."""
+        return self._max_in_flight - self._load.get(consumer, 0)
 
     def pick(self) -> int | None:
         """The consumer for a message any consumer may take, or None if all are full.

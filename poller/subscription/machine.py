@@ -10,6 +10,7 @@ from poller.subscription.consumer_pool import ConsumerPool
 from poller.subscription.envelope import Envelope
 from poller.subscription.key_queues import KeyQueues
 from poller.subscription.ledger import Ledger
+from poller.subscription.outcomes import Outcome, OutcomeKind
 from poller.subscription.retry_timer import RetryTimer
 from poller.subscription.settings import SETTINGS_BY_NAME, Strategy, SubscriptionSettings
 from poller.subscription.tracking import Delivery, MessageState, TrackedMessage
@@ -34,7 +35,16 @@ class SubscriptionMachine:
         start: Position = START,
         epoch: int = 0,
         first_delivery_id: int = 1,
+        prefetch: int = 1,
     ) -> None:
+        """`prefetch`: deliveries one consumer slot may hold at once. The daemon's consumer
+        runs a slot's deliveries one after another in the order given, so several can be
+        handed over in one go (a run, or a batch for a batch handler) without a round trip per
+        message; order holds because the daemon withdraws everything behind a delivery that
+        did not succeed (see `finished`).
+        """
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch!r}")
         self._settings = settings
         self._pinned = settings.strategy is Strategy.PINNED
         self._now = now
@@ -42,7 +52,9 @@ class SubscriptionMachine:
         self._next_delivery_id = first_delivery_id
         self._ledger: Ledger[TrackedMessage] = Ledger(start)
         self._checkpoints = CheckpointBatcher(settings, start, now)
-        self._pool = ConsumerPool(settings.strategy, settings.consumers, settings.max_in_flight)
+        self._pool = ConsumerPool(
+            settings.strategy, settings.consumers, settings.max_in_flight, prefetch
+        )
         self._keys = KeyQueues(settings.consumers)
         self._retries = RetryTimer()
         self._in_flight: dict[int, Delivery] = {}
@@ -142,32 +154,46 @@ class SubscriptionMachine:
                 self._fresh.append(message)
         return self._settle(out)
 
+    def finished(self, outcomes: Sequence[Outcome], now: float) -> list[Command]:
+        """Deliveries ended, in the order they ended; one event for a whole run or batch, so
+        the dispatch and the checkpoint are worked out once for all of them.
+
+        A late or stale outcome frees its consumer (and key), no more. A withdrawal of a
+        delivery whose handler started is ignored (the handler's own outcome follows).
+        """
+        out = self._begin(now)
+        for outcome in outcomes:
+            kind = outcome.kind
+            if kind is OutcomeKind.WITHDRAWN:
+                delivery = self._in_flight.get(outcome.delivery_id)
+                if delivery is not None and delivery.deadline is None:
+                    self._withdraw(delivery)
+                continue
+            message = self._end_delivery(outcome.delivery_id)
+            if message is None:
+                continue
+            if kind is OutcomeKind.ACKED:
+                self._complete(message, out)
+            elif kind is OutcomeKind.FAILED:
+                self._fail(message, outcome.detail, out)
+            else:
+                self._park(message, outcome.detail, out)
+        return self._settle(out)
+
     def acked(self, delivery_id: int, now: float) -> list[Command]:
         """The handler succeeded. A late or stale ack frees its consumer (and key), no more."""
-        out = self._begin(now)
-        message = self._end_delivery(delivery_id)
-        if message is not None:
-            self._complete(message, out)
-        return self._settle(out)
+        return self.finished([Outcome(delivery_id, OutcomeKind.ACKED)], now)
 
     def failed(self, delivery_id: int, error: str, now: float) -> list[Command]:
         """The handler failed: retry after the backoff, or park after max_retry_count."""
-        out = self._begin(now)
-        message = self._end_delivery(delivery_id)
-        if message is not None:
-            self._fail(message, error, out)
-        return self._settle(out)
+        return self.finished([Outcome(delivery_id, OutcomeKind.FAILED, error)], now)
 
     def requested_retry(self, delivery_id: int, now: float) -> list[Command]:
         """The handler asked for a retry; it counts as an attempt, so it cannot loop forever."""
         return self.failed(delivery_id, "retry requested by the handler", now)
 
     def requested_park(self, delivery_id: int, reason: str, now: float) -> list[Command]:
-        out = self._begin(now)
-        message = self._end_delivery(delivery_id)
-        if message is not None:
-            self._park(message, reason, out)
-        return self._settle(out)
+        return self.finished([Outcome(delivery_id, OutcomeKind.PARK_REQUESTED, reason)], now)
 
     def requested_skip(self, delivery_id: int, now: float) -> list[Command]:
         """The handler chose to drop the message: it is finished, like an ack."""
@@ -195,11 +221,7 @@ class SubscriptionMachine:
         message, if its outcome still counts, goes back ahead of what waits. Ignored for a
         started, ended or unknown id.
         """
-        out = self._begin(now)
-        delivery = self._in_flight.get(delivery_id)
-        if delivery is not None and delivery.deadline is None:
-            self._withdraw(delivery)
-        return self._settle(out)
+        return self.finished([Outcome(delivery_id, OutcomeKind.WITHDRAWN)], now)
 
     def tick(self, now: float) -> list[Command]:
         """Time passed: timeouts, due retries, the checkpoint's time rule."""
@@ -372,22 +394,44 @@ class SubscriptionMachine:
         """One consumer with one slot delivers the stream strictly in order (the README's
         promise): a message backing off or parking holds back the later ones, as a pinned
         key's head does. Without this, message 6 was handled before 5's second attempt.
+
+        With prefetch, the slot holds the oldest unfinished messages as one prefix of the
+        stream, which its consumer runs in order; a queued message behind an in-flight one
+        (its run was cut) waits until that prefix has ended. The walk covers at most the
+        slot's own deliveries and the room it has, so it costs O(prefetch), not O(buffer).
         """
-        head = self._ledger.oldest()
-        if head is None or head.state is not _QUEUED:
+        if not self._pool.has_capacity(0):
             return
-        consumer = self._pool.pick()
-        if consumer is None:
+        room = self._pool.room(0)
+        # Deliveries still on consumers removed by a count change end in any order: until
+        # they have, nothing is added behind them.
+        ahead_in_order = self._pool.busy_only(0)
+        run: list[TrackedMessage] = []
+        for message in self._ledger.items():
+            state = message.state
+            if state is _IN_FLIGHT:
+                if run or not ahead_in_order:
+                    return
+                continue
+            if state is not _QUEUED:
+                break
+            run.append(message)
+            if len(run) == room:
+                break
+        if not run:
             return
+        consumer = self._pool.pick()  # consumer 0; picked only now, as round-robin remembers it
+        assert consumer == 0
         fresh = self._fresh
-        while fresh and fresh[0].state is not _QUEUED:  # finished or delivered meanwhile
-            fresh.popleft()
-        if fresh and fresh[0] is head:
-            fresh.popleft()
-        else:
-            # A due or withdrawn retry; several wait only after the consumers shrank to one.
-            self._due_retries.remove(head)
-        self._deliver(head, consumer, out)
+        for message in run:
+            while fresh and fresh[0].state is not _QUEUED:  # finished or delivered meanwhile
+                fresh.popleft()
+            if fresh and fresh[0] is message:
+                fresh.popleft()
+            else:
+                # A due or withdrawn retry; several wait only after the consumers shrank to one.
+                self._due_retries.remove(message)
+            self._deliver(message, consumer, out)
 
     def _drain(self, queue: collections.deque[TrackedMessage], out: list[Command]) -> None:
         while queue:

@@ -43,10 +43,18 @@ from poller.subscription import (
     WriteCheckpoint,
     owner_of,
 )
+from poller.subscription.outcomes import Outcome, OutcomeKind
 
 KEYS = ("a", "b", "c", "d", None)
 TIMEOUT = 5.0
 OUTCOMES = ("ack", "fail", "retry", "park", "skip")
+OUTCOME_EVENTS = {
+    "ack": (OutcomeKind.ACKED, ""),
+    "skip": (OutcomeKind.ACKED, ""),
+    "fail": (OutcomeKind.FAILED, "boom"),
+    "retry": (OutcomeKind.FAILED, "retry requested by the handler"),
+    "park": (OutcomeKind.PARK_REQUESTED, "poison"),
+}
 CHORES = (
     "park_is_durable",
     "checkpoint_is_stored",
@@ -110,14 +118,17 @@ class Flight:
 
 class SubscriptionModel(RuleBasedStateMachine):
     strategies: ClassVar[tuple[Strategy, ...]] = tuple(Strategy)
+    prefetch_choices: ClassVar[tuple[int, ...]] = (1,)
+    consumer_choices: ClassVar[tuple[int, ...]] = (1, 2, 3)
+    max_in_flight_choices: ClassVar[tuple[int, ...]] = (1, 2)
 
     @initialize(data=st.data())
     def start(self, data: st.DataObject) -> None:
         min_count = data.draw(st.integers(1, 3), "min_checkpoint_count")
         self.settings = SubscriptionSettings(
             strategy=data.draw(st.sampled_from(self.strategies), "strategy"),
-            consumers=data.draw(st.integers(1, 3), "consumers"),
-            max_in_flight=data.draw(st.integers(1, 2), "max_in_flight"),
+            consumers=data.draw(st.sampled_from(self.consumer_choices), "consumers"),
+            max_in_flight=data.draw(st.sampled_from(self.max_in_flight_choices), "max_in_flight"),
             message_timeout=TIMEOUT,
             max_retry_count=data.draw(st.integers(1, 3), "max_retry_count"),
             retry_backoff_initial=0.5,
@@ -129,6 +140,7 @@ class SubscriptionModel(RuleBasedStateMachine):
             max_checkpoint_count=min_count + data.draw(st.integers(0, 3), "extra"),
         )
         self.pinned = self.settings.strategy is Strategy.PINNED
+        self.prefetch = data.draw(st.sampled_from(self.prefetch_choices), "prefetch")
         self.now = 0.0
         self.outbox: list[Envelope] = []
         self.epoch = 0
@@ -157,6 +169,7 @@ class SubscriptionModel(RuleBasedStateMachine):
             start=start,
             epoch=self.epoch,
             first_delivery_id=self.next_delivery_id,
+            prefetch=self.prefetch,
         )
         self.consumers = self.settings.consumers
         self.last_start = None  # a new machine: its flights are new too
@@ -298,7 +311,33 @@ class SubscriptionModel(RuleBasedStateMachine):
 
     def _has_room(self, consumer: int) -> bool:
         load = sum(1 for flight in self.flights.values() if flight.consumer == consumer)
-        return consumer < self.consumers and load < self.settings.max_in_flight
+        return consumer < self.consumers and load < self.settings.max_in_flight * self.prefetch
+
+    def _in_order_ready(self) -> list[ModelMessage]:
+        """One slot: the ready messages right behind the in-flight prefix of the stream (all
+        of it on consumer 0, which runs its deliveries in order), as the machine walks it."""
+        ahead_in_order = all(flight.consumer == 0 for flight in self.flights.values())
+        ready: list[ModelMessage] = []
+        for message in self.read.values():
+            if message.finished:
+                continue
+            if message.current is not None:
+                if ready or not ahead_in_order:
+                    return []
+                continue
+            if not message.ready(self.now):
+                break
+            ready.append(message)
+        return ready
+
+    def _fifo(self) -> bool:
+        """The daemon's consumer runs a slot's deliveries in order: with one slot and
+        prefetch, handlers start and answer in delivery order, and a delivery that did not
+        succeed takes the ones queued behind it back (withdrawn)."""
+        return self._strict() and self.prefetch > 1
+
+    def _queued_behind(self, delivery_id: int) -> list[int]:
+        return sorted(i for i, f in self.flights.items() if i > delivery_id and f.deadline is None)
 
     def _expected_free_consumer(self) -> int:
         """dispatch-to-single: the lowest with room; otherwise the next after the last picked."""
@@ -312,8 +351,8 @@ class SubscriptionModel(RuleBasedStateMachine):
         waiting: list[ModelMessage | ModelReplay] = [*self.read.values(), *self.replays.values()]
         ready = [message for message in waiting if message.ready(self.now)]
         if self._strict():
-            oldest = next((m for m in self.read.values() if not m.finished), None)
-            ready = [m for m in ready if isinstance(m, ModelReplay) or m is oldest]
+            in_order = self._in_order_ready()
+            ready = [m for m in ready if isinstance(m, ModelReplay) or m in in_order]
         if not self.pinned:
             assert not ready or not any(map(self._has_room, range(self.consumers))), ready
             return
@@ -369,7 +408,11 @@ class SubscriptionModel(RuleBasedStateMachine):
                 ]
                 assert not earlier, f"{position} of key {key} delivered before {earlier}"
             if self._strict():
-                earlier = [p for p, m in self.read.items() if p < position and not m.finished]
+                earlier = [
+                    p
+                    for p, m in self.read.items()
+                    if p < position and not m.finished and (self.prefetch == 1 or m.current is None)
+                ]
                 assert not earlier, f"one slot: {position} delivered before {earlier}"
             stream.attempts += 1
             stream.current = command.delivery_id
@@ -408,10 +451,20 @@ class SubscriptionModel(RuleBasedStateMachine):
     @precondition(lambda self: self.hand)
     @rule(data=st.data(), count=st.integers(1, 3))
     def handler_answers(self, data: st.DataObject, count: int) -> None:
+        """A run of outcomes reported in one event, in the order the handlers ended."""
+        answers: list[tuple[int, str]] = []
         for _ in range(count):
-            if self.hand:
-                delivery_id = data.draw(st.sampled_from(sorted(self.hand)), "delivery")
-                self._answer(delivery_id, data.draw(st.sampled_from(OUTCOMES), "outcome"))
+            left = sorted(self.hand - {i for i, _ in answers})
+            if not left:
+                break
+            # A slot run in order answers its oldest delivery first.
+            in_order = self._fifo()
+            delivery_id = left[0] if in_order else data.draw(st.sampled_from(left), "delivery")
+            outcome = data.draw(st.sampled_from(OUTCOMES), "outcome")
+            answers.append((delivery_id, outcome))
+            if self._fifo() and outcome not in ("ack", "skip"):
+                break  # a run stops at its first delivery that did not succeed
+        self._answer_run(answers)
 
     @rule(seconds=st.sampled_from([0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 7.0]), tick=st.booleans())
     def time_passes(self, seconds: float, tick: bool) -> None:
@@ -589,19 +642,35 @@ class SubscriptionModel(RuleBasedStateMachine):
     def handlers_start(self, data: st.DataObject) -> None:
         """The daemon reports a batch of handlers that began, in any order."""
         waiting = sorted(i for i, f in self.flights.items() if f.deadline is None)
-        if waiting:
+        if self._fifo():
+            if waiting and waiting[0] == min(self.hand):
+                self._start(waiting[:1])
+        elif waiting:
             ids = data.draw(st.lists(st.sampled_from(waiting), min_size=1, unique=True), "start")
             self._start(ids)
 
     def withdraw(self, data: st.DataObject) -> None:
         """A delivery dropped before its handler started (sought away while waiting)."""
         waiting = sorted(i for i, f in self.flights.items() if f.deadline is None)
-        if waiting:
-            delivery_id = data.draw(st.sampled_from(waiting), "withdrawn")
+        if not waiting:
+            return
+        delivery_id = data.draw(st.sampled_from(waiting), "withdrawn")
+        if self._fifo():
+            # Whatever stops a delivery before it starts stops all behind it too.
+            withdrawn = [delivery_id, *self._queued_behind(delivery_id)]
             self._expire()
-            self.hand.discard(delivery_id)
-            self._end_withdrawn(self.flights[delivery_id])
-            self._call(lambda: self.machine.withdrawn(delivery_id, self.now))
+            outcomes = []
+            for i in withdrawn:
+                if i in self.flights and self.flights[i].deadline is None:
+                    self.hand.discard(i)
+                    self._end_withdrawn(self.flights[i])
+                    outcomes.append(Outcome(i, OutcomeKind.WITHDRAWN))
+            self._call(lambda: self.machine.finished(outcomes, self.now))
+            return
+        self._expire()
+        self.hand.discard(delivery_id)
+        self._end_withdrawn(self.flights[delivery_id])
+        self._call(lambda: self.machine.withdrawn(delivery_id, self.now))
 
     def _start(self, ids: list[int]) -> None:
         self._expire()
@@ -629,6 +698,35 @@ class SubscriptionModel(RuleBasedStateMachine):
         if target is not None and target.current == flight.delivery_id:
             target.current = None
             target.attempts -= 1
+
+    def _answer_run(self, answers: list[tuple[int, str]]) -> None:
+        # A run reports its outcomes at its end; only a start the daemon saw on its way (the
+        # first one, here) was reported before.
+        reported = answers[:1] if self._fifo() else answers
+        unstarted = [
+            i for i, _ in reported if i in self.flights and self.flights[i].deadline is None
+        ]
+        if unstarted:
+            self._start(unstarted)  # a handler answers only once it has started
+        self._expire()
+        outcomes = []
+        for delivery_id, outcome in answers:
+            timed_out = delivery_id not in self.flights
+            self.hand.discard(delivery_id)
+            self.answered.append(delivery_id)
+            if not timed_out:
+                self._end(self.flights[delivery_id], outcome)
+            kind, detail = OUTCOME_EVENTS[outcome]
+            outcomes.append(Outcome(delivery_id, kind, detail))
+            if self._fifo() and (timed_out or kind is not OutcomeKind.ACKED):
+                # The run is cut (a failure, or a handler that overran its timeout): what
+                # waits behind it on the slot is withdrawn in the same report.
+                for behind in self._queued_behind(delivery_id):
+                    self.hand.discard(behind)
+                    self._end_withdrawn(self.flights[behind])
+                    outcomes.append(Outcome(behind, OutcomeKind.WITHDRAWN))
+                break
+        self._call(lambda: self.machine.finished(outcomes, self.now))
 
     def _answer(self, delivery_id: int, outcome: str) -> None:
         flight = self.flights.get(delivery_id)
@@ -765,6 +863,16 @@ class SharedModel(SubscriptionModel):
     strategies = (Strategy.ROUND_ROBIN, Strategy.DISPATCH_TO_SINGLE)
 
 
+class PrefetchModel(SubscriptionModel):
+    """Several deliveries per slot, as the daemon hands a consumer a run or a batch; mostly
+    with the defaults' one consumer and one slot, where order is strict."""
+
+    strategies = (Strategy.ROUND_ROBIN, Strategy.DISPATCH_TO_SINGLE)
+    prefetch_choices = (2, 3)
+    consumer_choices = (1, 1, 1, 2)
+    max_in_flight_choices = (1, 1, 2)
+
+
 _settings = settings(
     max_examples=150,
     stateful_step_count=40,
@@ -773,3 +881,4 @@ _settings = settings(
 )
 TestPinnedSubscription = _settings(PinnedModel).TestCase
 TestSharedSubscription = _settings(SharedModel).TestCase
+TestPrefetchSubscription = _settings(PrefetchModel).TestCase

@@ -1,0 +1,23 @@
+"""What became of one delivery, as the daemon reports it back in a batch."""
+
+import dataclasses
+import enum
+
+
+class OutcomeKind(enum.Enum):
+    ACKED = enum.auto()
+    """The handler succeeded, or chose to skip the message: it is finished."""
+    FAILED = enum.auto()
+    """The handler raised (or asked for a retry, which also counts as an attempt)."""
+    PARK_REQUESTED = enum.auto()
+    """The handler asked to park the message now."""
+    WITHDRAWN = enum.auto()
+    """The daemon dropped the delivery before its handler started: not an attempt."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    delivery_id: int
+    kind: OutcomeKind
+    detail: str = ""
+    """The error of a FAILED delivery, the reason of a PARK_REQUESTED one."""
