@@ -172,3 +172,23 @@ def test_closing_the_sync_iterator_releases_its_connections(database_url: str) -
         while conn.execute(query).fetchone() != (0,):
             assert time.monotonic() < deadline + 5, "a connection outlived the iterator"
             time.sleep(0.01)
+
+
+def test_a_lost_connection_is_opened_again_without_skipping_or_repeating(
+    database_url: str,
+) -> None:
+    items = poller.subscribe_sync(database_url, PUBLICATION, checkpoint_interval=1000)
+    assert next(items) == poller.CaughtUp()
+    before = append_committed(database_url, PUBLICATION, 3)
+    received = [next(items) for _ in range(3)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        terminated = conn.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database()"
+            " AND application_name LIKE 'outbox-poller:subscribe%'"
+        ).fetchone()
+    assert terminated == (2,)  # the reads and the LISTEN
+    after = append_committed(database_url, PUBLICATION, 3)
+    received += [next(items) for _ in range(3)]
+    items.close()
+    assert [m.position for m in received if isinstance(m, poller.Message)] == before + after
