@@ -192,3 +192,11 @@ def test_a_lost_connection_is_opened_again_without_skipping_or_repeating(
     received += [next(items) for _ in range(3)]
     items.close()
     assert [m.position for m in received if isinstance(m, poller.Message)] == before + after
+
+
+def test_an_unreachable_database_fails_the_first_read_at_once() -> None:
+    items = poller.subscribe_sync("postgresql://postgres@127.0.0.1:1/nowhere", PUBLICATION)
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError):
+        next(items)
+    assert time.monotonic() - started < 10  # not retried: waiting cannot fix it
