@@ -10,7 +10,7 @@ import pytest
 
 import outbox
 import poller
-from poller.catch_up.stream import Item
+from poller.catch_up.stream import Filter, Item, Plan, stream
 from poller.store.message_reads import safe_frontier
 from tests.support.writers import append_committed
 
@@ -200,3 +200,30 @@ def test_an_unreachable_database_fails_the_first_read_at_once() -> None:
     with pytest.raises(psycopg.OperationalError):
         next(items)
     assert time.monotonic() - started < 10  # not retried: waiting cannot fix it
+
+
+async def test_one_live_message_then_silence_gives_one_checkpoint_when_the_clock_passes_the_timeout(
+    database_url: str,
+) -> None:
+    """The driver over PostgreSQL with a controlled clock: interval 1000, timeout 1 s."""
+    now = [0.0]
+    plan = Plan(database_url, PUBLICATION, "start", Filter(), 1000, 1.0)
+    items = stream(plan, clock=lambda: now[0])
+    assert await next_item(items) == poller.CaughtUp()
+    (live,) = append_committed(database_url, PUBLICATION, 1)
+    message = await next_item(items)
+    assert isinstance(message, poller.Message)
+    assert message.position == live
+    # The delivery counts as done when the caller asks for the next item, at 0.
+    pending = asyncio.ensure_future(anext(items))
+    await asyncio.sleep(0.1)
+    now[0] = 0.999
+    await asyncio.sleep(0.3)  # several polls, in real time, before the timeout
+    assert not pending.done()
+    now[0] = 1.0  # no further message: the clock alone passes the timeout
+    assert await asyncio.wait_for(pending, 10) == poller.Checkpoint(
+        message.transaction_id, message.position
+    )
+    now[0] = 100.0
+    assert await nothing_within(items, 0.3)  # once, not again
+    await items.aclose()
