@@ -1,0 +1,8 @@
+"""The daemon, its store, the subscription state machine, and catch-up subscriptions for
+consumers that keep their own position."""
+
+from poller.catch_up.signals import CaughtUp, Checkpoint
+from poller.catch_up.subscribe import subscribe, subscribe_sync
+from poller.message import Message
+
+__all__ = ["CaughtUp", "Checkpoint", "Message", "subscribe", "subscribe_sync"]

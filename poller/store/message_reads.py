@@ -62,5 +62,13 @@ def safe_frontier(conn: psycopg.Connection[Any]) -> int:
     return frontier
 
 
+async def safe_frontier_async(conn: psycopg.AsyncConnection[Any]) -> int:
+    cursor = await conn.execute(QUERIES["safe_frontier"])
+    row = await cursor.fetchone()
+    assert row is not None  # a SELECT without FROM always returns its one row
+    frontier: int = row[0]
+    return frontier
+
+
 def _params(publication: str, after: Position, limit: int) -> dict[str, Any]:
     return {"publication": publication, **after.query_parameters("after_"), "limit": limit}
