@@ -7,10 +7,9 @@ row on each removal, which at 10,000 rows and thousands of messages a second can
 
 from collections import deque
 
+from operations.tail.rows import Row, checkpoint_line, message_line
 from outbox.positions import Position
 from poller.message import Message
-
-from operations.tail.rows import Row, checkpoint_line, message_line
 
 # Checkpoint rows count too: the issue asks for 10,000 rows, whatever they show.
 DEFAULT_ROW_LIMIT = 10_000

@@ -23,6 +23,8 @@ class RowView(ScrollView, can_focus=True):
     RowView {
         height: 1fr;
         background: $surface;
+        /* Rows are cut to the screen; Enter shows the whole message. */
+        overflow-x: hidden;
     }
     """
 
@@ -41,7 +43,7 @@ class RowView(ScrollView, can_focus=True):
             super().__init__()
             self.row = row
 
-    def __init__(self, buffer: RowBuffer, *, id: str | None = None) -> None:  # noqa: A002
+    def __init__(self, buffer: RowBuffer, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.buffer = buffer
         self.cursor: int | None = None  # a serial; None follows the newest row
@@ -110,7 +112,8 @@ class RowView(ScrollView, can_focus=True):
         self._move_cursor_to(self._cursor_index() + step)
 
     def action_page(self, direction: int) -> None:
-        self._move_cursor_to(self._cursor_index() + direction * self.scrollable_content_region.height)
+        page = self.scrollable_content_region.height
+        self._move_cursor_to(self._cursor_index() + direction * page)
 
     def action_first(self) -> None:
         self._move_cursor_to(0)

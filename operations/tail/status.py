@@ -7,12 +7,13 @@ writer transaction shows as lag too.
 """
 
 import datetime
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 from operations.cli.printing import escaped
 
-RATE_WINDOW = 5.0
+RATE_WINDOW = 5  # seconds
 
 
 def duration_text(seconds: float) -> str:
@@ -36,7 +37,7 @@ class StreamStatus:
     checkpoints: int = 0
     lag: datetime.timedelta | None = None
     failure: str | None = None
-    # (whole second, messages received in it), oldest first, at most RATE_WINDOW + 1 entries.
+    # [whole second, messages received in it], oldest first, at most RATE_WINDOW entries.
     _per_second: deque[list[int]] = field(default_factory=deque)
 
     def message_received(
@@ -52,15 +53,19 @@ class StreamStatus:
         self._forget_before(now)
 
     def _forget_before(self, now: float) -> None:
-        while self._per_second and self._per_second[0][0] <= now - RATE_WINDOW - 1:
+        first_second = math.floor(now) - RATE_WINDOW + 1
+        while self._per_second and self._per_second[0][0] < first_second:
             self._per_second.popleft()
 
     def rate(self, now: float) -> float:
-        """Messages per second over the last RATE_WINDOW seconds (or since the start)."""
+        """Messages per second over the current second and the RATE_WINDOW - 1 before it,
+        divided by the time they cover (less at the start)."""
         self._forget_before(now)
-        counted = sum(count for second, count in self._per_second if second > now - RATE_WINDOW)
-        window = min(RATE_WINDOW, max(now - self.started_at, 1.0))
-        return counted / window
+        counted = sum(count for _second, count in self._per_second)
+        first_second = math.floor(now) - RATE_WINDOW + 1
+        covered = min(now - first_second, now - self.started_at)
+        # At least a second: one message in the first millisecond is not 1,000 a second.
+        return counted / max(covered, 1.0)
 
     def text(self, now: float, rows: int, row_limit: int) -> str:
         phase = "LIVE" if self.live else "CATCHING UP"
