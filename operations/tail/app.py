@@ -36,7 +36,7 @@ class TailApp(App[None]):
     CSS = """
     #status { dock: top; height: 1; background: $primary; color: $text; padding: 0 1; }
     #columns { height: 1; text-style: bold; padding: 0 0; }
-    #details { dock: bottom; height: 40%; border-top: solid $primary; display: none;
+    #details { dock: bottom; height: 60%; border-top: solid $primary; display: none;
                overflow-y: auto; padding: 0 1; }
     #details.shown { display: block; }
     """
