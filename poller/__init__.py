@@ -1,8 +1,26 @@
 """The daemon, its store, the subscription state machine, and catch-up subscriptions for
 consumers that keep their own position."""
 
+from poller.catch_up.consumer_positions import (
+    ConsumerPositionConflictError,
+    load_checkpoint,
+    load_checkpoint_async,
+    store_checkpoint,
+    store_checkpoint_async,
+)
 from poller.catch_up.signals import CaughtUp, Checkpoint
 from poller.catch_up.subscribe import subscribe, subscribe_sync
 from poller.message import Message
 
-__all__ = ["CaughtUp", "Checkpoint", "Message", "subscribe", "subscribe_sync"]
+__all__ = [
+    "CaughtUp",
+    "Checkpoint",
+    "ConsumerPositionConflictError",
+    "Message",
+    "load_checkpoint",
+    "load_checkpoint_async",
+    "store_checkpoint",
+    "store_checkpoint_async",
+    "subscribe",
+    "subscribe_sync",
+]

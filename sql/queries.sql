@@ -295,3 +295,17 @@ WHERE m.publication_id = %(publication)s AND m.position = %(position)s
 -- delete_publication_messages --
 -- Deletes every message of a publication (the demo cleans up after itself with it).
 DELETE FROM outbox.messages WHERE publication_id = %(publication)s
+
+-- store_consumer_position --
+-- Moves a catch-up consumer's position forward in {table}, inside the consumer's own transaction; returns nothing when the stored one is already at or past it (another process consumes under the same name), so the caller can roll back.
+INSERT INTO {table} AS p (consumer_name, transaction_id, position, updated_at)
+VALUES (%(consumer)s, %(transaction_id)s::text::xid8, %(position)s, now())
+ON CONFLICT (consumer_name) DO UPDATE
+SET transaction_id = excluded.transaction_id, position = excluded.position,
+    updated_at = excluded.updated_at
+WHERE (p.transaction_id, p.position) < (excluded.transaction_id, excluded.position)
+RETURNING 1
+
+-- load_consumer_position --
+-- A catch-up consumer's stored position in {table}, or no row if it never stored one.
+SELECT transaction_id::text::bigint, position FROM {table} WHERE consumer_name = %(consumer)s

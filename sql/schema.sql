@@ -197,4 +197,16 @@ LEFT JOIN LATERAL (
     WHERE b.transaction_id < hidden.oldest_transaction_id
 ) AS blockers ON true;
 
+-- Where each catch-up consumer (poller.subscribe) stands: written by the consumer inside the
+-- transaction that writes its own output (poller.store_checkpoint), so the output and the
+-- position commit together and a restart resumes exactly after what was written.
+CREATE TABLE outbox.consumer_positions (
+    consumer_name text PRIMARY KEY,
+    transaction_id xid8 NOT NULL,
+    position bigint NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT consumer_positions_consumer_name_valid
+        CHECK (consumer_name <> '' AND length(consumer_name) <= 200)
+);
+
 COMMIT;

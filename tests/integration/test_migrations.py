@@ -103,8 +103,10 @@ def test_an_older_outbox_without_history_is_refused_and_left_as_it_was(
         with psycopg.connect(url) as conn:
             conn.execute("DROP TABLE outbox.alembic_version")
         before = catalog(url)
+        # The first difference found is named (which one depends on the later migrations).
         with pytest.raises(
-            migrations.SchemaMismatchError, match=r"column messages\.appended_at is missing"
+            migrations.SchemaMismatchError,
+            match=r"is not revision \d+ \(head\).*column \S+ is missing",
         ):
             migrations.upgrade(url)
         assert catalog(url) == before
