@@ -17,13 +17,15 @@ from poller import Checkpoint, subscribe
 DEFAULT_START = "end"
 
 
-def _start(_context: click.Context, _parameter: click.Parameter, value: str) -> str | Checkpoint:
+def _start(value: str) -> str | Checkpoint:
+    """Parsed in the command, not in a click callback: click would print its usage banner
+    around the error, and a refused value is one line here (operations.cli.errors)."""
     if value in ("start", "end"):
         return value
     try:
         at = Position.parse(value)
     except ValueError as error:
-        raise click.BadParameter(f"{error}; give start, end or TX:POS") from None
+        raise ValueError(f"--from: {error}; give start, end or TX:POS") from None
     return Checkpoint(at.transaction_id, at.position)
 
 
@@ -34,7 +36,6 @@ def _start(_context: click.Context, _parameter: click.Parameter, value: str) -> 
     "start",
     default=DEFAULT_START,
     show_default=True,
-    callback=_start,
     help="start, end, or TX:POS to show the messages after that checkpoint.",
 )
 @click.option("--type", "message_types", multiple=True, help="Only this type (repeatable).")
@@ -44,7 +45,7 @@ def _start(_context: click.Context, _parameter: click.Parameter, value: str) -> 
 def tail(
     context: CommandContext,
     publication: str,
-    start: str | Checkpoint,
+    start: str,
     message_types: tuple[str, ...],
     partition_key: str | None,
     plain: bool,
@@ -56,7 +57,7 @@ def tail(
     events = subscribe(
         context.database_url,
         publication,
-        start=start,
+        start=_start(start),
         message_types=message_types or None,
         partition_key=partition_key,
     )
