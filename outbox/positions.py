@@ -45,3 +45,10 @@ class Position(NamedTuple):
 
 
 START = Position(0, 0)
+
+
+def at_frontier(frontier: int) -> Position:
+    """The place `--from end` means: past every row of every transaction below the safe
+    frontier `frontier`, before every row of a transaction still running (which may commit
+    later, so it must not be skipped)."""
+    return Position(max(frontier - 1, 0), MAX_PART)

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import psycopg
 
 from outbox.messages import check_name
-from outbox.positions import MAX_PART, START, Position
+from outbox.positions import MAX_PART, START, Position, at_frontier
 from poller.message import Message
 from poller.store.admin_store import AdminStore
 from poller.store.message_reads import message_from_row, safe_frontier
@@ -43,7 +43,7 @@ def resolve_start(conn: psycopg.Connection[Any], start: str, option: str = "--fr
     if start == "start":
         return START
     if start == "end":
-        return Position(max(safe_frontier(conn) - 1, 0), MAX_POSITION)
+        return at_frontier(safe_frontier(conn))
     try:
         at = Position.parse(start)
     except ValueError as error:

@@ -9,17 +9,13 @@ that commits late is waited for, never skipped, and every checkpoint is safe to 
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any
 
-import psycopg
-
-from outbox.positions import MAX_PART, START, Position
-from outbox.queries import QUERIES
+from outbox.positions import START, Position, at_frontier
 from poller.catch_up.checkpoint_signals import CheckpointSignals
+from poller.catch_up.reads import Reads
 from poller.catch_up.signals import CaughtUp, Checkpoint
 from poller.catch_up.wake_ups import WakeUps
 from poller.message import Message
-from poller.store.message_reads import read_batch_async, safe_frontier_async
 
 # Rows per read: large enough that catching up is a few round trips per thousand messages,
 # small enough that one read's rows stay a small part of memory.
@@ -60,20 +56,14 @@ class Plan:
 
 async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> AsyncGenerator[Item]:
     signals = CheckpointSignals(plan.checkpoint_interval, plan.checkpoint_timeout)
-    conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(
-        # autocommit: each read takes a fresh snapshot, so the safe frontier moves.
-        plan.url,
-        autocommit=True,
-        application_name="outbox-poller:subscribe",
-    )
-    async with conn, WakeUps(plan.url, plan.publication) as wake_ups:
+    async with Reads(plan.url) as reads, WakeUps(plan.url, plan.publication) as wake_ups:
         # Transactions below this frontier had ended at subscribe time: their rows are the
         # backlog; a row of a later transaction is live.
-        backlog_end = await safe_frontier_async(conn)
-        after = await _start_position(conn, plan.start, backlog_end)
+        backlog_end = await reads.safe_frontier()
+        after = await _start_position(reads, plan.start, backlog_end)
         live = False
         while True:
-            batch = await read_batch_async(conn, plan.publication, after, BATCH_SIZE)
+            batch = await reads.batch(plan.publication, after, BATCH_SIZE)
             for message in batch:
                 if not live and message.transaction_id >= backlog_end:
                     live = True
@@ -101,22 +91,16 @@ async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> Asy
             await wake_ups.wait(max(wait, 0.0))
 
 
-async def _start_position(
-    conn: psycopg.AsyncConnection[Any], start: str | Checkpoint, frontier: int
-) -> Position:
+async def _start_position(reads: Reads, start: str | Checkpoint, frontier: int) -> Position:
     if isinstance(start, Checkpoint):
-        cursor = await conn.execute(QUERIES["next_transaction_id"])
-        row = await cursor.fetchone()
-        assert row is not None  # a SELECT without FROM always returns its one row
-        if start.transaction_id >= row[0]:
+        next_id = await reads.next_transaction_id()
+        if start.transaction_id >= next_id:
             # Every transaction from now on gets an id below it: nothing new would be read.
             raise ValueError(
                 f"start={start!r}: transaction {start.transaction_id} has not happened yet"
-                f" (the next transaction id is {row[0]}); is it a checkpoint of another cluster?"
+                f" (the next transaction id is {next_id}); is it a checkpoint of another cluster?"
             )
         return start.at
     if start == "end":
-        # The safe frontier, as `--from end`: past every row of every transaction below it,
-        # before every row of a transaction still running (which may commit later).
-        return Position(max(frontier - 1, 0), MAX_PART)
+        return at_frontier(frontier)
     return START

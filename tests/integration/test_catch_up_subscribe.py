@@ -2,6 +2,7 @@
 messages, checkpoint signals, filters and start positions."""
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator
 
 import psycopg
@@ -10,9 +11,25 @@ import pytest
 import outbox
 import poller
 from poller.catch_up.stream import Item
+from poller.store.message_reads import safe_frontier
 from tests.support.writers import append_committed
 
 PUBLICATION = "orders"
+
+
+def wait_until_readable(url: str) -> None:
+    """Until every committed row is below the safe frontier: on a shared server another
+    session's transaction can hold the cluster-wide frontier back, and a row above it is not
+    backlog yet (it would come after CaughtUp, as live)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        newest = conn.execute(
+            "SELECT max(transaction_id)::text::bigint FROM outbox.messages"
+        ).fetchone()
+        assert newest is not None
+        deadline = time.monotonic() + 30
+        while safe_frontier(conn) <= newest[0]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
 
 
 async def next_item(items: AsyncGenerator[Item], timeout: float = 10.0) -> Item:
@@ -31,6 +48,7 @@ async def test_interval_5_gives_one_checkpoint_after_5_live_messages_after_caugh
     database_url: str,
 ) -> None:
     backlog = append_committed(database_url, PUBLICATION, 3)
+    wait_until_readable(database_url)
     items = poller.subscribe(
         database_url, PUBLICATION, checkpoint_interval=5, checkpoint_timeout=60
     )
@@ -49,6 +67,7 @@ async def test_interval_5_gives_one_checkpoint_after_5_live_messages_after_caugh
 
 def test_the_sync_twin_yields_the_same_stream(database_url: str) -> None:
     backlog = append_committed(database_url, PUBLICATION, 2)
+    wait_until_readable(database_url)
     items = poller.subscribe_sync(
         database_url, PUBLICATION, checkpoint_interval=2, checkpoint_timeout=60
     )
@@ -65,6 +84,7 @@ def test_the_sync_twin_yields_the_same_stream(database_url: str) -> None:
 
 def test_a_checkpoint_resumes_exactly_after_itself(database_url: str) -> None:
     append_committed(database_url, PUBLICATION, 4)
+    wait_until_readable(database_url)
     with psycopg.connect(database_url) as conn:
         rows = conn.execute(
             "SELECT transaction_id::text::bigint, position FROM outbox.messages ORDER BY position"
@@ -79,6 +99,7 @@ def test_a_checkpoint_resumes_exactly_after_itself(database_url: str) -> None:
 
 def test_start_end_skips_the_backlog(database_url: str) -> None:
     append_committed(database_url, PUBLICATION, 3)
+    wait_until_readable(database_url)
     items = poller.subscribe_sync(database_url, PUBLICATION, start="end")
     assert next(items) == poller.CaughtUp()
     live = append_committed(database_url, PUBLICATION, 1)
@@ -120,3 +141,62 @@ def test_a_filtered_subscription_checkpoint_carries_the_scanned_position(
     assert rare.message_type == "Rare"
     assert isinstance(checkpoint, poller.Checkpoint)
     assert checkpoint.position == skipped[-1]
+
+
+def test_no_checkpoint_during_catch_up(database_url: str) -> None:
+    append_committed(database_url, PUBLICATION, 10)
+    wait_until_readable(database_url)
+    items = poller.subscribe_sync(
+        database_url, PUBLICATION, checkpoint_interval=3, checkpoint_timeout=0.01
+    )
+    backlog = [next(items) for _ in range(11)]
+    items.close()
+    assert all(isinstance(item, poller.Message) for item in backlog[:10])
+    assert backlog[10] == poller.CaughtUp()
+
+
+def test_closing_the_sync_iterator_releases_its_connections(database_url: str) -> None:
+    items = poller.subscribe_sync(database_url, PUBLICATION)
+    assert next(items) == poller.CaughtUp()
+    query = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name LIKE 'outbox-poller:subscribe%'"
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        deadline = time.monotonic() + 10
+        while conn.execute(query).fetchone() != (2,):  # the reads and the LISTEN
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        items.close()
+        # A backend leaves pg_stat_activity a moment after its client closed it.
+        while conn.execute(query).fetchone() != (0,):
+            assert time.monotonic() < deadline + 5, "a connection outlived the iterator"
+            time.sleep(0.01)
+
+
+def test_a_lost_connection_is_opened_again_without_skipping_or_repeating(
+    database_url: str,
+) -> None:
+    items = poller.subscribe_sync(database_url, PUBLICATION, checkpoint_interval=1000)
+    assert next(items) == poller.CaughtUp()
+    before = append_committed(database_url, PUBLICATION, 3)
+    received = [next(items) for _ in range(3)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        terminated = conn.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database()"
+            " AND application_name LIKE 'outbox-poller:subscribe%'"
+        ).fetchone()
+    assert terminated == (2,)  # the reads and the LISTEN
+    after = append_committed(database_url, PUBLICATION, 3)
+    received += [next(items) for _ in range(3)]
+    items.close()
+    assert [m.position for m in received if isinstance(m, poller.Message)] == before + after
+
+
+def test_an_unreachable_database_fails_the_first_read_at_once() -> None:
+    items = poller.subscribe_sync("postgresql://postgres@127.0.0.1:1/nowhere", PUBLICATION)
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError):
+        next(items)
+    assert time.monotonic() - started < 10  # not retried: waiting cannot fix it

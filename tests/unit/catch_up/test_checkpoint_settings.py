@@ -4,6 +4,7 @@ one-line refusal naming the variable (or argument) and the bad value."""
 import pytest
 
 import poller
+from outbox.queries import sql_directory
 from poller.catch_up.settings import (
     CheckpointSettings,
     CheckpointSettingsError,
@@ -58,3 +59,11 @@ def test_a_bad_argument_fails_at_the_call_naming_it(
 ) -> None:
     with pytest.raises(CheckpointSettingsError, match=f"^{named} is refused"):
         poller.subscribe("postgresql://nowhere.invalid/db", "orders", **arguments)  # type: ignore[arg-type]
+
+
+def test_the_readme_table_shows_the_defaults_of_the_settings() -> None:
+    readme = (sql_directory().parent / "README.md").read_text()
+    for name, field in CheckpointSettings.model_fields.items():
+        default = field.default
+        shown = int(default) if float(default).is_integer() else default
+        assert f"| `OUTBOX_{name.upper()}` | `{shown}` |" in readme

@@ -1,0 +1,97 @@
+"""The read connection of one subscription, opened again when it is lost.
+
+A server restart, a failover or a terminated backend ends the connection, not the
+subscription: the subscription keeps its own position, so reading again after it skips and
+repeats nothing. Opening the first connection is not retried: a wrong URL or a refused login
+fails the first read at once, since waiting cannot fix it.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import psycopg
+
+from outbox.database_url import mask_password
+from outbox.positions import Position
+from outbox.queries import QUERIES
+from poller.message import Message
+from poller.store.message_reads import read_batch_async, safe_frontier_async
+
+log = logging.getLogger(__name__)
+
+Result = TypeVar("Result")
+
+# Waits between attempts to open a lost connection: doubling, so a restarting server is not
+# hammered, and capped, so the subscription resumes within seconds once it is back.
+FIRST_RETRY_DELAY = 0.05
+LONGEST_RETRY_DELAY = 5.0
+
+APPLICATION_NAME = "outbox-poller:subscribe"
+
+
+class Reads:
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def __aenter__(self) -> "Reads":
+        self._conn = await self._connect()
+        return self
+
+    async def __aexit__(
+        self,
+        error_type: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def safe_frontier(self) -> int:
+        return await self._retried(safe_frontier_async)
+
+    async def next_transaction_id(self) -> int:
+        async def query(conn: psycopg.AsyncConnection[Any]) -> int:
+            cursor = await conn.execute(QUERIES["next_transaction_id"])
+            row = await cursor.fetchone()
+            assert row is not None  # a SELECT without FROM always returns its one row
+            next_id: int = row[0]
+            return next_id
+
+        return await self._retried(query)
+
+    async def batch(self, publication: str, after: Position, limit: int) -> list[Message]:
+        async def query(conn: psycopg.AsyncConnection[Any]) -> list[Message]:
+            return await read_batch_async(conn, publication, after, limit)
+
+        return await self._retried(query)
+
+    async def _retried(
+        self, query: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Result]]
+    ) -> Result:
+        delay = FIRST_RETRY_DELAY
+        while True:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = await self._connect()
+                return await query(self._conn)
+            except psycopg.OperationalError as error:
+                log.warning(
+                    "subscription read failed (%s); trying again in %.2f s",
+                    mask_password(str(error)),
+                    delay,
+                )
+                if self._conn is not None:
+                    await self._conn.close()
+                    self._conn = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LONGEST_RETRY_DELAY)
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        # autocommit: each read takes a fresh snapshot, so the safe frontier moves.
+        return await psycopg.AsyncConnection.connect(
+            self._url, autocommit=True, application_name=APPLICATION_NAME
+        )
