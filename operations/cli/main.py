@@ -12,6 +12,7 @@ from operations.cli.message_commands import message
 from operations.cli.poll_commands import poll, status
 from operations.cli.spark_command import spark
 from operations.cli.subscription_commands import parked, seek, subscription
+from operations.cli.tail_command import tail
 from operations.settings import command_line_settings
 from outbox.database_url import PasswordMaskingFilter
 from poller.administration import quoted
@@ -46,7 +47,7 @@ def cli(context: click.Context, log_level: str | None) -> None:
 cli.add_command(migrate)
 cli.add_command(db)
 cli.add_command(demo)
-for command in (subscription, poll, status, seek, parked, message, spark):
+for command in (subscription, poll, status, seek, parked, message, spark, tail):
     cli.add_command(command)
 
 
