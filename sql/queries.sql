@@ -308,3 +308,34 @@ WHERE m.publication_id = %(publication)s AND m.position = %(position)s
 -- delete_publication_messages --
 -- Deletes every message of a publication (the demo cleans up after itself with it).
 DELETE FROM outbox.messages WHERE publication_id = %(publication)s
+
+-- create_message_partitions --
+-- Creates the partitions of outbox.messages needed up to partitions_ahead past the next position (attached, so writers are not blocked); returns their names.
+SELECT name FROM outbox.create_message_partitions(%(partition_size)s, %(partitions_ahead)s) AS name
+
+-- retirable_message_partitions --
+-- The partitions every subscription, consumer and parked message is done with and older than the minimum age, oldest first, with their message counts.
+SELECT partition_name, first_position, end_position, messages
+FROM outbox.retirable_message_partitions(%(minimum_age_seconds)s * interval '1 second')
+
+-- retire_message_partition --
+-- Drops one partition if it may still be retired (re-checked under its locks); returns its message count, or null when something holds it now.
+SELECT outbox.retire_message_partition(
+    %(partition)s, %(minimum_age_seconds)s * interval '1 second',
+    %(lock_wait_seconds)s * interval '1 second')
+
+-- retention_holders --
+-- Per partition, oldest first, what holds it back (a subscription, a Spark query, a consumer, a parked message) and since when.
+SELECT partition_name, first_position, end_position, held_by_kind, held_by, held_since,
+       extract(epoch FROM clock_timestamp() - held_since)::float8
+FROM outbox.retention_status
+WHERE held_by_kind <> 'unfilled'
+ORDER BY first_position
+
+-- try_retention_lock --
+-- Takes the session lock that lets one daemon of the database run retention at a time; false if another holds it.
+SELECT pg_try_advisory_lock(hashtextextended('outbox.retention', 0))
+
+-- release_retention_lock --
+-- Gives the retention lock back.
+SELECT pg_advisory_unlock(hashtextextended('outbox.retention', 0))
