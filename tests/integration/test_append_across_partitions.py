@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg import sql
 import pytest
+from psycopg import sql
 
 import outbox
 from outbox import NewMessage

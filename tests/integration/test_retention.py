@@ -122,14 +122,16 @@ def test_the_minimum_age_is_respected(conn: psycopg.Connection[Any]) -> None:
     assert retention_pass(conn, day, dry_run=True).retired == []
     assert _retired(conn, day) == []
     conn.execute(
-        "UPDATE outbox.messages SET appended_at = appended_at - interval '2 days' WHERE position < 100"
+        "UPDATE outbox.messages SET appended_at = appended_at - interval '2 days'"
+        " WHERE position < 100"
     )
     # One young message among old ones keeps the partition: the newest position is not
     # necessarily the newest message (appended_at is the writer transaction's start).
     conn.execute("UPDATE outbox.messages SET appended_at = now() WHERE position = 3")
     assert _retired(conn, day) == []
     conn.execute(
-        "UPDATE outbox.messages SET appended_at = appended_at - interval '2 days' WHERE position = 3"
+        "UPDATE outbox.messages SET appended_at = appended_at - interval '2 days'"
+        " WHERE position = 3"
     )
     assert _retired(conn, day) == ["messages_from_0"]
 

@@ -28,7 +28,8 @@ def move_checkpoint(conn: psycopg.Connection[Any], subscription: str, position: 
     """Checkpoint `subscription` just after the message at `position`."""
     conn.execute(
         "UPDATE outbox.subscriptions AS s"
-        " SET last_processed_transaction_id = m.transaction_id, last_processed_position = m.position"
+        " SET last_processed_transaction_id = m.transaction_id,"
+        "     last_processed_position = m.position"
         " FROM outbox.messages AS m WHERE s.subscription_id = %s AND m.position = %s",
         (subscription, position),
     )
