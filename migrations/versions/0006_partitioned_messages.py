@@ -389,6 +389,21 @@ ALTER TABLE outbox.messages RENAME TO messages_before_0006;
 ALTER INDEX outbox.messages_pkey RENAME TO messages_before_0006_pkey;
 ALTER INDEX outbox.messages_delivery_order RENAME TO messages_before_0006_delivery_order;
 ALTER SEQUENCE outbox.messages_position_seq RENAME TO messages_before_0006_position_seq;
+-- PostgreSQL 18 names NOT NULL constraints (messages_<column>_not_null) and picks a new name
+-- for a table's copy while another relation holds that one, so the old table gives its names
+-- up (a rename on a partitioned table reaches its partitions). Earlier versions have none.
+DO $$
+DECLARE
+    constraint_name text;
+BEGIN
+    FOR constraint_name IN
+        SELECT conname FROM pg_constraint
+        WHERE conrelid = 'outbox.messages_before_0006'::regclass AND contype = 'n'
+    LOOP
+        EXECUTE format('ALTER TABLE outbox.messages_before_0006 RENAME CONSTRAINT %I TO %I',
+                       constraint_name, 'before_0006_' || constraint_name);
+    END LOOP;
+END $$;
 """
 
 # The identity carries on where it was (before partitions are made to cover what it handed out).
