@@ -10,7 +10,7 @@ from typing import Any, LiteralString
 
 from outbox.connection import AsyncConnection, Rows, SyncConnection, fetch_all, fetch_all_async
 from outbox.encoding import JsonDefault, json_default
-from outbox.errors import InvalidMessageError, OutboxError
+from outbox.errors import InvalidMessageError
 from outbox.messages import EncodedMessage, NewMessage, check_name, encode_message
 from outbox.names import NOTIFY_CHANNEL
 from outbox.queries import QUERIES
@@ -97,11 +97,12 @@ def _plan(
     encoded = _encode_all(publication, messages, default, single=single)
     if not encoded:
         return []
+    if not all(message.generated_id for message in encoded):
+        # No unique index can span partitions: the lock makes a concurrent duplicate wait
+        # for this transaction, and this one for an earlier duplicate, before the lookup.
+        yield _lock_message_ids(publication, encoded)
     if single:
-        positions: list[int | None] = [
-            row[0] for row in (yield _append_one(publication, encoded[0]))
-        ]
-        positions = positions or [None]
+        positions = [row[0] for row in (yield _append_one(publication, encoded[0]))]
     elif all(message.generated_id for message in encoded):
         # RETURNING order is not promised by SQL; the generated ids are unique, so map by them.
         by_id: dict[str, int] = dict(
@@ -111,20 +112,9 @@ def _plan(
     else:
         rows = yield _append_batch("append_messages", publication, encoded)
         positions = [row[1] for row in rows]
-    missing = [
-        message.message_id for message, at in zip(encoded, positions, strict=True) if at is None
-    ]
-    if missing:
-        # A concurrent transaction committed the same message_id while this statement waited
-        # on it; the statement's own snapshot cannot see that row, a fresh statement can.
-        found: dict[str, int] = dict((yield _positions_of(publication, missing)))
-        positions = [
-            found.get(m.message_id) if at is None else at
-            for m, at in zip(encoded, positions, strict=True)
-        ]
     if notify:
         yield QUERIES["notify_publication"], {"channel": NOTIFY_CHANNEL, "publication": publication}
-    return _all_known(encoded, positions)
+    return positions
 
 
 def _encode_all(
@@ -166,23 +156,11 @@ def _append_batch(name: str, publication: str, encoded: list[EncodedMessage]) ->
     }
 
 
-def _positions_of(publication: str, message_ids: list[str]) -> Step:
-    return QUERIES["positions_of_message_ids"], {
+def _lock_message_ids(publication: str, encoded: list[EncodedMessage]) -> Step:
+    return QUERIES["lock_message_ids"], {
         "publication": publication,
-        "message_ids": message_ids,
+        "message_ids": [m.message_id for m in encoded if not m.generated_id],
     }
-
-
-def _all_known(encoded: list[EncodedMessage], positions: list[int | None]) -> list[int]:
-    known: list[int] = []
-    for message, at in zip(encoded, positions, strict=True):
-        if at is None:
-            raise OutboxError(
-                f"message_id={message.message_id!r} exists in a transaction this one cannot see"
-                " (REPEATABLE READ or SERIALIZABLE snapshot taken before it committed)"
-            )
-        known.append(at)
-    return known
 
 
 def _run(conn: SyncConnection, plan: Plan) -> list[int]:

@@ -1,22 +1,31 @@
 -- Every query the product runs, by name. A block starts with `-- name --`, then one comment
 -- line saying what it does, then the statement. Loaded once by outbox/queries.py.
 
+-- lock_message_ids --
+-- Locks each (publication, message_id) until commit, in key order so two batches cannot deadlock; the lookup that follows, a statement of its own, then sees any duplicate committed meanwhile (partitions make a unique index across them impossible).
+SELECT count(pg_advisory_xact_lock(lock_key))
+FROM (SELECT DISTINCT hashtextextended(
+          length(%(publication)s) || ':' || %(publication)s || message_id, 0) AS lock_key
+      FROM unnest(%(message_ids)s::text[]) AS t(message_id)
+      ORDER BY lock_key) AS keys
+
 -- append_message --
--- Appends one message; returns its position, or the existing position for a repeated message_id.
-WITH inserted AS (
+-- Appends one message; returns its position, or the existing position for a repeated message_id (lock_message_ids first).
+WITH existing AS (
+    SELECT position FROM outbox.messages
+    WHERE publication_id = %(publication)s AND message_id = %(message_id)s
+),
+inserted AS (
     INSERT INTO outbox.messages
         (publication_id, message_id, message_type, partition_key, data, headers)
-    VALUES
-        (%(publication)s, %(message_id)s, %(message_type)s, %(partition_key)s,
-         %(data)s::jsonb, %(headers)s::jsonb)
-    ON CONFLICT (publication_id, message_id) DO NOTHING
+    SELECT %(publication)s, %(message_id)s, %(message_type)s, %(partition_key)s,
+           %(data)s::jsonb, %(headers)s::jsonb
+    WHERE NOT EXISTS (SELECT FROM existing)
     RETURNING position
 )
 SELECT position FROM inserted
 UNION ALL
-SELECT position FROM outbox.messages
-WHERE publication_id = %(publication)s AND message_id = %(message_id)s
-  AND NOT EXISTS (SELECT FROM inserted)
+SELECT position FROM existing
 
 -- append_new_message --
 -- Appends one message whose id was just generated (a fresh UUID cannot collide, so no conflict check).
@@ -39,33 +48,37 @@ ORDER BY ordinal
 RETURNING message_id, position
 
 -- append_messages --
--- Appends a batch in one statement; returns (ordinal, position) for every input row, existing positions for repeated ids.
+-- Appends a batch in one statement (lock_message_ids first); returns (ordinal, position) for every input row, existing positions for repeated ids, the first row's for an id repeated in the batch.
 WITH input AS (
     SELECT *
     FROM unnest(%(message_ids)s::text[], %(message_types)s::text[], %(partition_keys)s::text[],
                 %(datas)s::text[], %(headers)s::text[])
          WITH ORDINALITY AS t(message_id, message_type, partition_key, data, headers, ordinal)
 ),
+existing AS (
+    SELECT m.message_id, m.position FROM outbox.messages AS m
+    WHERE m.publication_id = %(publication)s
+      AND m.message_id = ANY(%(message_ids)s::text[])
+),
+fresh AS (
+    SELECT DISTINCT ON (input.message_id) input.*
+    FROM input
+    WHERE NOT EXISTS (SELECT FROM existing WHERE existing.message_id = input.message_id)
+    ORDER BY input.message_id, input.ordinal
+),
 inserted AS (
     INSERT INTO outbox.messages
         (publication_id, message_id, message_type, partition_key, data, headers)
     SELECT %(publication)s, message_id, message_type, partition_key, data::jsonb, headers::jsonb
-    FROM input
+    FROM fresh
     ORDER BY ordinal
-    ON CONFLICT (publication_id, message_id) DO NOTHING
     RETURNING message_id, position
 )
 SELECT input.ordinal, coalesce(inserted.position, existing.position) AS position
 FROM input
 LEFT JOIN inserted ON inserted.message_id = input.message_id
-LEFT JOIN outbox.messages AS existing
-       ON existing.publication_id = %(publication)s AND existing.message_id = input.message_id
+LEFT JOIN existing ON existing.message_id = input.message_id
 ORDER BY input.ordinal
-
--- positions_of_message_ids --
--- Looks up positions of already-committed message ids (after a concurrent duplicate committed mid-statement).
-SELECT message_id, position FROM outbox.messages
-WHERE publication_id = %(publication)s AND message_id = ANY(%(message_ids)s::text[])
 
 -- notify_publication --
 -- Wakes listening pollers at commit; opt-in, because NOTIFY serialises committing writers.
@@ -309,3 +322,33 @@ RETURNING 1
 -- load_consumer_position --
 -- A catch-up consumer's stored position in {table}, or no row if it never stored one.
 SELECT transaction_id::text::bigint, position FROM {table} WHERE consumer_name = %(consumer)s
+-- create_message_partitions --
+-- Creates the partitions of outbox.messages needed up to partitions_ahead past the next position (attached, so writers are not blocked); returns their names.
+SELECT name FROM outbox.create_message_partitions(%(partition_size)s, %(partitions_ahead)s) AS name
+
+-- retirable_message_partitions --
+-- The partitions every subscription, consumer and parked message is done with and older than the minimum age, oldest first, with their message counts.
+SELECT partition_name, first_position, end_position, messages
+FROM outbox.retirable_message_partitions(%(minimum_age_seconds)s * interval '1 second')
+
+-- retire_message_partition --
+-- Drops one partition if it may still be retired (re-checked under its locks); returns its message count, or null when something holds it now.
+SELECT outbox.retire_message_partition(
+    %(partition)s, %(minimum_age_seconds)s * interval '1 second',
+    %(lock_wait_seconds)s * interval '1 second')
+
+-- retention_holders --
+-- Per partition, oldest first, what holds it back (a subscription, a Spark query, a consumer, a parked message) and since when.
+SELECT partition_name, first_position, end_position, held_by_kind, held_by, held_since,
+       extract(epoch FROM clock_timestamp() - held_since)::float8
+FROM outbox.retention_status
+WHERE held_by_kind <> 'unfilled'
+ORDER BY first_position
+
+-- try_retention_lock --
+-- Takes the session lock that lets one daemon of the database run retention at a time; false if another holds it.
+SELECT pg_try_advisory_lock(hashtextextended('outbox.retention', 0))
+
+-- release_retention_lock --
+-- Gives the retention lock back.
+SELECT pg_advisory_unlock(hashtextextended('outbox.retention', 0))

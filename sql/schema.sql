@@ -10,8 +10,11 @@ BEGIN;
 
 CREATE SCHEMA IF NOT EXISTS outbox;
 
+-- Partitioned by position range: positions grow with time, so retention retires the oldest
+-- partitions whole (no dead rows, no VACUUM debt), and every partition keeps the delivery-order
+-- index that the snapshot-safe read walks (a Merge Append of per-partition index scans).
 CREATE TABLE outbox.messages (
-    position bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    position bigint GENERATED ALWAYS AS IDENTITY,
     -- The writer's own transaction id: rows become readable only once every transaction that
     -- could still commit below them has ended (see the read_batch query).
     transaction_id xid8 NOT NULL DEFAULT pg_current_xact_id(),
@@ -33,8 +36,8 @@ CREATE TABLE outbox.messages (
     CONSTRAINT messages_partition_key_valid
         CHECK (partition_key IS NULL OR (partition_key <> '' AND length(partition_key) <= 200)),
     CONSTRAINT messages_headers_object CHECK (jsonb_typeof(headers) = 'object'),
-    CONSTRAINT messages_message_id_unique UNIQUE (publication_id, message_id)
-);
+    CONSTRAINT messages_pkey PRIMARY KEY (position)
+) PARTITION BY RANGE (position);
 
 -- Serves the poll query: equality on the publication, then a row comparison on
 -- (transaction_id, position) walks the index in delivery order with no sort.
@@ -208,5 +211,239 @@ CREATE TABLE outbox.consumer_positions (
     CONSTRAINT consumer_positions_consumer_name_valid
         CHECK (consumer_name <> '' AND length(consumer_name) <= 200)
 );
+-- The partitions of outbox.messages, oldest first, with the positions each one takes:
+-- first_position <= position < end_position.
+CREATE FUNCTION outbox.message_partitions()
+RETURNS TABLE (partition_name text, first_position bigint, end_position bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.relname::text, bounds[1]::bigint, bounds[2]::bigint
+    FROM pg_inherits AS i
+    JOIN pg_class AS c ON c.oid = i.inhrelid,
+         LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                              'FROM \(''?(-?[0-9]+)''?\) TO \(''?(-?[0-9]+)''?\)') AS bounds
+    WHERE i.inhparent = 'outbox.messages'::regclass
+    ORDER BY 2
+$$;
+
+-- The position the identity hands out next (rows below it may still be in flight).
+CREATE FUNCTION outbox.next_message_position() RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(pg_sequence_last_value(
+        pg_get_serial_sequence('outbox.messages', 'position')::regclass), 0) + 1
+$$;
+
+-- Creates the partitions that take positions up to `partitions_ahead` partitions past the next
+-- position; returns their names. CREATE TABLE ... PARTITION OF would lock the parent ACCESS
+-- EXCLUSIVE, queueing every writer behind any open transaction; a table created apart and
+-- then attached takes only SHARE UPDATE EXCLUSIVE on the parent, which writers and readers do
+-- not conflict with (PostgreSQL docs, "Partition Maintenance").
+CREATE FUNCTION outbox.create_message_partitions(
+    partition_size bigint, partitions_ahead integer, from_position bigint DEFAULT NULL)
+RETURNS SETOF text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    covered_end bigint;
+    wanted_end bigint;
+    name text;
+BEGIN
+    IF partition_size IS NULL OR partition_size < 1 THEN
+        RAISE EXCEPTION 'partition_size must be at least 1, got %', partition_size
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF partitions_ahead IS NULL OR partitions_ahead < 1 THEN
+        RAISE EXCEPTION 'partitions_ahead must be at least 1, got %', partitions_ahead
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Two daemons creating at once would pick the same names; the second waits, then finds
+    -- the first one's partitions (each statement below takes a new snapshot).
+    PERFORM pg_advisory_xact_lock(hashtextextended('outbox.create_message_partitions', 0));
+    wanted_end := outbox.next_message_position() + partitions_ahead * partition_size;
+    SELECT max(p.end_position) INTO covered_end FROM outbox.message_partitions() AS p;
+    IF covered_end IS NULL THEN
+        covered_end := (coalesce(from_position, outbox.next_message_position()) / partition_size)
+                       * partition_size;
+    END IF;
+    WHILE covered_end < wanted_end LOOP
+        name := 'messages_from_' || covered_end;
+        EXECUTE format('CREATE TABLE outbox.%I (LIKE outbox.messages INCLUDING CONSTRAINTS)',
+                       name);
+        -- Unique within the partition; across partitions the writer's advisory lock keeps
+        -- (publication_id, message_id) unique.
+        EXECUTE format('CREATE UNIQUE INDEX %I ON outbox.%I (publication_id, message_id)',
+                       name || '_message_id', name);
+        EXECUTE format('ALTER TABLE outbox.messages ATTACH PARTITION outbox.%I'
+                       ' FOR VALUES FROM (%s) TO (%s)',
+                       name, covered_end, covered_end + partition_size);
+        RETURN NEXT name;
+        covered_end := covered_end + partition_size;
+    END LOOP;
+END
+$$;
+
+-- What keeps the partition taking [first_position, end_position) from being retired, the
+-- first reason found (no row: nothing): 'unfilled' (positions still to be handed out),
+-- 'subscription' or 'spark' (a subscription whose checkpoint has not passed one of its
+-- messages there), 'consumer' (an outbox.consumer_positions row behind one of them), 'parked'
+-- (a parked message there), 'minimum age' (a message appended less than minimum_age ago; not
+-- checked when minimum_age is null). held_since: when the oldest message held was appended
+-- (the parking time for 'parked', the newest message's for 'minimum age').
+CREATE FUNCTION outbox.message_partition_holder(
+    first_position bigint, end_position bigint, minimum_age interval)
+RETURNS TABLE (kind text, holder text, held_since timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    newest timestamptz;
+BEGIN
+    IF end_position > outbox.next_message_position() THEN
+        RETURN QUERY SELECT 'unfilled'::text, NULL::text, NULL::timestamptz;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT CASE WHEN s.settings ->> 'kind' = 'spark' THEN 'spark' ELSE 'subscription' END,
+           s.subscription_id, first_held.appended_at
+    FROM outbox.subscriptions AS s,
+         LATERAL (SELECT m.appended_at FROM outbox.messages AS m
+                  WHERE m.publication_id = s.publication_id
+                    AND (m.transaction_id, m.position)
+                        > (s.last_processed_transaction_id, s.last_processed_position)
+                    AND m.position >= first_position AND m.position < end_position
+                  ORDER BY m.transaction_id, m.position LIMIT 1) AS first_held
+    ORDER BY first_held.appended_at, s.subscription_id
+    LIMIT 1;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Added by a later migration, if at all: read through its row as JSON, so that neither
+    -- its absence nor its exact columns break retention.
+    IF to_regclass('outbox.consumer_positions') IS NOT NULL THEN
+        RETURN QUERY EXECUTE
+        'SELECT ''consumer''::text, coalesce(c.row ->> ''consumer_name'', c.row ->> ''consumer'',
+                                             c.row::text), first_held.appended_at
+         FROM (SELECT to_jsonb(p) AS row, p.transaction_id, p.position
+               FROM outbox.consumer_positions AS p) AS c,
+              LATERAL (SELECT m.appended_at FROM outbox.messages AS m
+                       WHERE (m.transaction_id, m.position) > (c.transaction_id, c.position)
+                         AND (c.row ->> ''publication_id'' IS NULL
+                              OR m.publication_id = c.row ->> ''publication_id'')
+                         AND m.position >= $1 AND m.position < $2
+                       ORDER BY m.transaction_id, m.position LIMIT 1) AS first_held
+         ORDER BY first_held.appended_at LIMIT 1'
+        USING first_position, end_position;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT 'parked'::text, p.subscription_id, p.parked_at
+    FROM outbox.parked_messages AS p
+    WHERE p.position >= first_position AND p.position < end_position
+    ORDER BY p.parked_at LIMIT 1;
+    IF FOUND OR minimum_age IS NULL THEN
+        RETURN;
+    END IF;
+    -- appended_at is the writer transaction's start, so the newest position need not be the
+    -- newest message: its time is only a cheap first test, the scan decides.
+    SELECT m.appended_at INTO newest FROM outbox.messages AS m
+    WHERE m.position >= first_position AND m.position < end_position
+    ORDER BY m.position DESC LIMIT 1;
+    IF newest > clock_timestamp() - minimum_age THEN
+        RETURN QUERY SELECT 'minimum age'::text, NULL::text, newest;
+        RETURN;
+    END IF;
+    SELECT max(m.appended_at) INTO newest FROM outbox.messages AS m
+    WHERE m.position >= first_position AND m.position < end_position;
+    IF newest > clock_timestamp() - minimum_age THEN
+        RETURN QUERY SELECT 'minimum age'::text, NULL::text, newest;
+    END IF;
+END
+$$;
+
+-- The partitions that could be retired now, oldest first, with their message counts. A
+-- partition held by a checkpoint, a consumer, its fill or its age holds every later one too
+-- (all of them grow together), so the walk stops there; one held by a parked message is
+-- skipped.
+CREATE FUNCTION outbox.retirable_message_partitions(minimum_age interval)
+RETURNS TABLE (partition_name text, first_position bigint, end_position bigint, messages bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    candidate record;
+    reason text;
+BEGIN
+    IF minimum_age IS NULL OR minimum_age < interval '0' THEN
+        RAISE EXCEPTION 'minimum_age must be zero or more, got %', minimum_age
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR candidate IN SELECT * FROM outbox.message_partitions() LOOP
+        SELECT h.kind INTO reason
+        FROM outbox.message_partition_holder(
+            candidate.first_position, candidate.end_position, minimum_age) AS h;
+        EXIT WHEN reason IS NOT NULL AND reason <> 'parked';
+        CONTINUE WHEN reason = 'parked';
+        partition_name := candidate.partition_name;
+        first_position := candidate.first_position;
+        end_position := candidate.end_position;
+        SELECT count(*) INTO messages FROM outbox.messages AS m
+        WHERE m.position >= candidate.first_position AND m.position < candidate.end_position;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- Drops one partition if it may still be retired; returns its message count, or null when
+-- something holds it now. Call it in a transaction of its own: the parent's lock is held until
+-- commit. Order of locks: first SHARE on the partition, which waits for every transaction that
+-- wrote there (a writer could not have committed the rows this check must see) but blocks no
+-- one else; then, after the full check, ACCESS EXCLUSIVE on the parent, which DROP needs and
+-- which does block writers and readers: only for a re-check of the holders (a seek may have
+-- moved a checkpoint back) and the drop. Either wait gives up after lock_wait
+-- (lock_not_available), so a long transaction delays retention, never the writers for long.
+CREATE FUNCTION outbox.retire_message_partition(
+    name text, minimum_age interval, lock_wait interval)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    bounds record;
+    messages bigint;
+BEGIN
+    -- SECURITY DEFINER: the name must be one of this table's partitions, nothing else.
+    SELECT * INTO bounds FROM outbox.message_partitions() AS p WHERE p.partition_name = name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '% is not a partition of outbox.messages', name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint || 'ms',
+                       true);
+    EXECUTE format('LOCK TABLE outbox.%I IN SHARE MODE', name);
+    IF EXISTS (SELECT FROM outbox.message_partition_holder(
+                   bounds.first_position, bounds.end_position, minimum_age)) THEN
+        RETURN NULL;
+    END IF;
+    SELECT count(*) INTO messages FROM outbox.messages AS m
+    WHERE m.position >= bounds.first_position AND m.position < bounds.end_position;
+    LOCK TABLE outbox.messages IN ACCESS EXCLUSIVE MODE;
+    IF EXISTS (SELECT FROM outbox.message_partition_holder(
+                   bounds.first_position, bounds.end_position, NULL)) THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('DROP TABLE outbox.%I', name);
+    RETURN messages;
+END
+$$;
+
+-- Per partition, what holds it back and since when (age aside: the minimum age is the
+-- daemon's setting). `outbox status` reads it to name the subscription that holds retention.
+CREATE VIEW outbox.retention_status AS
+SELECT p.partition_name,
+       p.first_position,
+       p.end_position,
+       h.kind AS held_by_kind,
+       h.holder AS held_by,
+       h.held_since
+FROM outbox.message_partitions() AS p
+LEFT JOIN LATERAL outbox.message_partition_holder(p.first_position, p.end_position, NULL) AS h
+       ON true;
+
+-- The first partitions; the daemon creates more ahead of need (--partitions-ahead).
+SELECT outbox.create_message_partitions(1000000, 2);
 
 COMMIT;

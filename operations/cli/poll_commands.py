@@ -1,6 +1,7 @@
 """`outbox poll` and `outbox status`."""
 
 import asyncio
+import dataclasses
 import logging
 import os
 import re
@@ -16,12 +17,14 @@ from operations.cli.errors import CommandUsageError
 from operations.cli.first_connection import connect_when_up
 from operations.cli.poll_config import read_poll_config
 from operations.cli.printing import cell, checkpoint_text, console, table
+from operations.cli.retention_printing import print_oldest_holder
 from poller import administration
 from poller.daemon.handlers import Handler, HandlerNotFoundError, load_handler
-from poller.daemon.options import DaemonOptions, command_line_fields
+from poller.daemon.options import DaemonOptions, command_line_fields, retention_fields
 from poller.daemon.runner import run_daemon
 from poller.daemon.worker import check_pollable
 from poller.message import Message
+from poller.store import retention_store
 from poller.store.records import Blocker
 
 # package.module:callable, each part an identifier: anything else (`../etc:passwd`, a relative
@@ -36,12 +39,24 @@ log = logging.getLogger(__name__)
 def daemon_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--lease-seconds, --shutdown-timeout, ...: one per DaemonOptions field, help and default
     taken from the field, so they are written once."""
-    for field in reversed(command_line_fields()):
-        flag = "--" + field.name.replace("_", "-")
-        help_text = f"{field.metadata['help']} [default: {field.default}]"
-        kind = int if field.type in (int, "int") else float
-        command = click.option(flag, field.name, type=kind, default=None, help=help_text)(command)
-    return command
+    return options_of(command_line_fields())(command)
+
+
+def options_of(
+    fields: list[dataclasses.Field[Any]],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Command-line options for these DaemonOptions fields (unset ones stay None)."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for field in reversed(fields):
+            flag = "--" + field.name.replace("_", "-")
+            help_text = f"{field.metadata['help']} [default: {field.default}]"
+            kind = int if field.type in (int, "int") else float
+            option = click.option(flag, field.name, type=kind, default=None, help=help_text)
+            command = option(command)
+        return command
+
+    return decorate
 
 
 @click.command()
@@ -120,9 +135,11 @@ def _handler(spec: str) -> Handler:
 
 
 @click.command()
+@options_of([f for f in retention_fields() if f.name == "retention_stale_after"])
 @click.pass_obj
-def status(context: CommandContext) -> None:
-    """Where every subscription stands (the view outbox.subscription_status).
+def status(context: CommandContext, /, retention_stale_after: float | None) -> None:
+    """Where every subscription stands (the view outbox.subscription_status), and what holds
+    retention back (outbox.retention_status).
 
     Naming the sessions of other users that block a subscription needs pg_read_all_stats.
     """
@@ -130,6 +147,7 @@ def status(context: CommandContext) -> None:
     listing = table((*columns, "leader", "blocked by"))
     with context.connect() as conn:
         rows = administration.status(conn)
+        holders = retention_store.retention_holders(conn)
     for row in rows:
         leader = (
             f"{row.leader_host} pid {row.leader_pid} since {row.leader_since:%H:%M:%S}"
@@ -147,6 +165,8 @@ def status(context: CommandContext) -> None:
             cell(_blocked_by(row)),
         )
     console().print(listing)
+    stale_after = retention_stale_after or DaemonOptions.retention_stale_after
+    print_oldest_holder(holders, stale_after)
 
 
 def _blocked_by(row: administration.SubscriptionStatus) -> str:

@@ -41,6 +41,23 @@ class DaemonOptions:
         0.02, "Seconds between timeout and retry checks.", command_line=False
     )
     handler_threads: int = _option(16, "Threads per subscription for plain `def` handlers.")
+    # Retention (poller/daemon/retention.py; `outbox prune` and `outbox status` take these too).
+    retention_interval: float = _option(
+        60.0, "Seconds between retention runs: partitions created ahead, old ones retired."
+    )
+    retention_minimum_age: float = _option(
+        86400.0, "Seconds a message is kept at least, even once every subscription passed it."
+    )
+    partition_size: int = _option(
+        1_000_000, "Positions per partition of outbox.messages (for partitions made from now)."
+    )
+    partitions_ahead: int = _option(2, "Empty partitions kept ready past the next position.")
+    retention_lock_wait: float = _option(
+        0.5, "Longest wait, s, for the locks that retire a partition (writers queue meanwhile)."
+    )
+    retention_stale_after: float = _option(
+        3600.0, "Seconds a subscription may hold retention back before status calls it stale."
+    )
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -58,6 +75,20 @@ class DaemonOptions:
         default, so three renewals can fail before a standby may take over."""
         lease = values.get("lease_seconds", cls.lease_seconds)
         return cls(**{"renew_every": min(cls.renew_every, lease / 4), **values})
+
+
+RETENTION_FIELDS = (
+    "retention_minimum_age",
+    "partition_size",
+    "partitions_ahead",
+    "retention_lock_wait",
+    "retention_stale_after",
+)
+
+
+def retention_fields() -> list[dataclasses.Field[Any]]:
+    """The options `outbox prune` shares with `outbox poll`."""
+    return [f for f in dataclasses.fields(DaemonOptions) if f.name in RETENTION_FIELDS]
 
 
 def command_line_fields() -> list[dataclasses.Field[Any]]:

@@ -8,6 +8,7 @@ import signal
 from poller.daemon.handlers import Handler, HandlerCaller
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
+from poller.daemon.retention import run_retention
 from poller.daemon.worker import SubscriptionWorker
 from poller.message import Message
 
@@ -31,6 +32,7 @@ async def run_daemon(
             loop.add_signal_handler(signal_number, stop.set)
     notifications = NotifyListener()
     listener = asyncio.create_task(notifications.listen(database_url), name="listen")
+    retention = asyncio.create_task(run_retention(database_url, options, stop), name="retention")
     # A caller (and thread pool) per subscription: one subscription's slow handlers neither
     # starve another's threads nor hold back its next leadership term.
     callers = [HandlerCaller(handler, options.handler_threads) for _ in subscriptions]
@@ -42,7 +44,8 @@ async def run_daemon(
         await asyncio.gather(*(worker.run(stop) for worker in workers))
     finally:
         listener.cancel()
-        await asyncio.gather(listener, return_exceptions=True)
+        retention.cancel()
+        await asyncio.gather(listener, retention, return_exceptions=True)
         for caller in callers:
             caller.close()
     unfinished = {m.at: m for worker in workers for m in worker.abandoned}

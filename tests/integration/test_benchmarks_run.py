@@ -52,3 +52,16 @@ def test_poller_and_consumer_group_benchmarks_report_ratios(database_server: str
     ):
         assert variant in output
     assert re.search(r"\d\.\d\dx", output)
+
+
+def test_retention_benchmark_compares_partitions_with_delete(database_server: str) -> None:
+    output = run_bench(database_server, "retention")
+    for text in (
+        "retire partitions",
+        "DELETE rows",
+        "dead",
+        "ATTACH PARTITION",  # the variant names wrap in the table; these words stay together
+        "PARTITION OF",
+    ):
+        assert text in output
+    assert re.search(r"\d\.\d\dx", output)

@@ -2,6 +2,7 @@
 (only the few rows a LIMIT or an aggregate has already cut), except where order is promised."""
 
 import json
+import re
 from typing import Any
 
 import psycopg
@@ -14,6 +15,8 @@ from pipeline.partitions import Slice
 from pipeline.queries import pipeline_queries
 
 TRANSACTIONS, ROWS_PER_TRANSACTION = 100, 2000
+# The name PostgreSQL gives each partition's copy of messages_delivery_order (cut to 63 bytes).
+PARTITION_DELIVERY_INDEX = r"messages_from_\d+_publication_id_transaction_id_positio?n?_idx"
 
 
 def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -60,13 +63,26 @@ def explain(database_factory: Any, batch: dict[str, Any]) -> Any:
         slices=4,
     )
 
+    # The partitions made ahead of the writers are empty; the planner reads an empty table
+    # with a sequential scan of its zero pages, which costs nothing, so those are left out.
+    empty = {
+        name
+        for (name,) in conn.execute(
+            "SELECT partition_name FROM outbox.message_partitions() AS p"
+            " WHERE NOT EXISTS (SELECT FROM outbox.messages AS m"
+            "                   WHERE m.position >= p.first_position"
+            "                     AND m.position < p.end_position)"
+        )
+    }
+
     def plan_of(
         query: sql.Composable, parameters: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) {}").format(query), parameters).fetchone()
         assert row is not None
         document = row[0] if isinstance(row[0], list) else json.loads(row[0])
-        return plan_nodes(document[0]["Plan"])
+        nodes = plan_nodes(document[0]["Plan"])
+        return [node for node in nodes if node.get("Relation Name") not in empty]
 
     yield plan_of
     conn.close()
@@ -77,7 +93,9 @@ def assert_uses_the_delivery_index(nodes: list[dict[str, Any]]) -> None:
     node_types = [node["Node Type"] for node in nodes]
     assert "Seq Scan" not in node_types, node_types
     scans = {node["Index Name"] for node in nodes if "Index Name" in node}
-    assert scans == {"messages_delivery_order"}, scans
+    # outbox.messages is partitioned by position: each partition has its copy of the index.
+    assert scans, node_types
+    assert all(re.fullmatch(PARTITION_DELIVERY_INDEX, scan) for scan in scans), scans
 
 
 def sorts_table_rows(node: dict[str, Any], below_sort: bool = False) -> bool:
@@ -85,7 +103,7 @@ def sorts_table_rows(node: dict[str, Any], below_sort: bool = False) -> bool:
     that leaves a handful of rows."""
     if below_sort and node["Node Type"] in ("Limit", "Aggregate") and node["Plan Rows"] <= 10:
         return False
-    if below_sort and node.get("Relation Name") == "messages":
+    if below_sort and str(node.get("Relation Name", "")).startswith("messages"):
         return True
     below_sort = below_sort or node["Node Type"] in ("Sort", "Incremental Sort")
     return any(sorts_table_rows(child, below_sort) for child in node.get("Plans", []))

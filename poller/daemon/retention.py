@@ -1,0 +1,98 @@
+"""Retention on a schedule: partitions created ahead of need, retired once nobody needs them.
+
+One daemon of a database does it at a time, under a session advisory lock held for the run;
+the others find it taken and skip their turn. `outbox prune` runs the same pass by hand.
+"""
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from poller.daemon.options import DaemonOptions
+from poller.store import retention_store
+from poller.store.retention_store import MessagePartition, RetiredPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetentionPass:
+    created: list[str]
+    retired: list[RetiredPartition]  # every partition tried, with its outcome
+    ran: bool = True  # false: another process held the retention lock
+
+
+def retention_pass(
+    conn: psycopg.Connection[Any], options: DaemonOptions, *, dry_run: bool = False
+) -> RetentionPass:
+    """Create the partitions due, then retire the retirable ones, oldest first.
+
+    `conn` must be in autocommit mode: the lock is a session lock, and each retirement commits
+    on its own so that the parent table's lock is held only for that drop. A dry run changes
+    nothing and reports what a real one would retire now.
+    """
+    if not retention_store.try_retention_lock(conn):
+        return RetentionPass([], [], ran=False)
+    try:
+        candidates = retention_store.retirable_partitions(conn, options.retention_minimum_age)
+        if dry_run:
+            return RetentionPass([], [RetiredPartition(p, "would retire") for p in candidates])
+        created = retention_store.create_partitions(
+            conn, options.partition_size, options.partitions_ahead
+        )
+        return RetentionPass(created, [_retire(conn, p, options) for p in candidates])
+    finally:
+        retention_store.release_retention_lock(conn)
+
+
+def _retire(
+    conn: psycopg.Connection[Any], partition: MessagePartition, options: DaemonOptions
+) -> RetiredPartition:
+    return retention_store.retire_partition(
+        conn, partition, options.retention_minimum_age, options.retention_lock_wait
+    )
+
+
+async def run_retention(database_url: str, options: DaemonOptions, stop: asyncio.Event) -> None:
+    """Every retention_interval until `stop`: a failed pass is logged and tried again at the
+    next interval, never the end of the daemon (retention can always wait)."""
+    while not stop.is_set():
+        try:
+            done = await asyncio.to_thread(_pass_on_new_connection, database_url, options)
+        except (psycopg.Error, OSError) as error:
+            log.warning(
+                "retention pass failed, next try in %g s: %s", options.retention_interval, error
+            )
+        else:
+            _log_pass(done)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), options.retention_interval)
+
+
+def _pass_on_new_connection(database_url: str, options: DaemonOptions) -> RetentionPass:
+    with psycopg.connect(
+        database_url, autocommit=True, application_name="outbox retention"
+    ) as conn:
+        return retention_pass(conn, options)
+
+
+def _log_pass(done: RetentionPass) -> None:
+    if not done.ran:
+        log.debug("retention: another process runs it now")
+        return
+    for name in done.created:
+        log.info("retention: created partition %s", name)
+    for attempt in done.retired:
+        partition = attempt.partition
+        log.info(
+            "retention: %s partition %s (positions %d to %d, %d messages)",
+            attempt.outcome,
+            partition.name,
+            partition.first_position,
+            partition.end_position - 1,
+            partition.messages,
+        )

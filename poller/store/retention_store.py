@@ -1,0 +1,106 @@
+"""Retention's statements: partitions created ahead, retired, and what holds them back.
+
+The work itself is done by SQL functions that run as the schema owner (migration 0006), so a
+role that owns no table may call these. Each call is its own transaction: retiring a partition
+holds a lock on outbox.messages until commit, which must come at once.
+"""
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from outbox.queries import QUERIES
+
+
+@dataclass(frozen=True)
+class MessagePartition:
+    name: str
+    first_position: int
+    end_position: int  # exclusive
+    messages: int
+
+
+@dataclass(frozen=True)
+class RetentionHolder:
+    """What keeps one partition: kind is subscription, spark, consumer or parked."""
+
+    partition: str
+    first_position: int
+    end_position: int
+    kind: str
+    holder: str | None
+    held_since: datetime.datetime | None
+    held_for_seconds: float | None
+
+
+@dataclass(frozen=True)
+class RetiredPartition:
+    partition: MessagePartition
+    outcome: str  # "retired", "held" (something holds it now) or "busy" (lock wait ran out)
+
+
+def create_partitions(
+    conn: psycopg.Connection[Any], partition_size: int, partitions_ahead: int
+) -> list[str]:
+    with conn.transaction():
+        rows = conn.execute(
+            QUERIES["create_message_partitions"],
+            {"partition_size": partition_size, "partitions_ahead": partitions_ahead},
+        ).fetchall()
+    return [name for (name,) in rows]
+
+
+def retirable_partitions(
+    conn: psycopg.Connection[Any], minimum_age_seconds: float
+) -> list[MessagePartition]:
+    with conn.transaction():
+        rows = conn.execute(
+            QUERIES["retirable_message_partitions"], {"minimum_age_seconds": minimum_age_seconds}
+        ).fetchall()
+    return [MessagePartition(*row) for row in rows]
+
+
+def retire_partition(
+    conn: psycopg.Connection[Any],
+    partition: MessagePartition,
+    minimum_age_seconds: float,
+    lock_wait_seconds: float,
+) -> RetiredPartition:
+    """Drop it if it may still go; the message count is the one under the drop's locks."""
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                QUERIES["retire_message_partition"],
+                {
+                    "partition": partition.name,
+                    "minimum_age_seconds": minimum_age_seconds,
+                    "lock_wait_seconds": lock_wait_seconds,
+                },
+            ).fetchone()
+    except psycopg.errors.LockNotAvailable:
+        return RetiredPartition(partition, "busy")
+    messages = None if row is None else row[0]
+    if messages is None:
+        return RetiredPartition(partition, "held")
+    retired = MessagePartition(
+        partition.name, partition.first_position, partition.end_position, messages
+    )
+    return RetiredPartition(retired, "retired")
+
+
+def retention_holders(conn: psycopg.Connection[Any]) -> list[RetentionHolder]:
+    with conn.transaction():
+        rows = conn.execute(QUERIES["retention_holders"]).fetchall()
+    return [RetentionHolder(*row) for row in rows]
+
+
+def try_retention_lock(conn: psycopg.Connection[Any]) -> bool:
+    """A session lock: the caller must keep this connection for as long as it runs retention."""
+    row = conn.execute(QUERIES["try_retention_lock"]).fetchone()
+    return bool(row and row[0])
+
+
+def release_retention_lock(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(QUERIES["release_retention_lock"])
