@@ -49,6 +49,30 @@ def migrate(context: CommandContext, revision: str, downgrade: bool, role_prefix
     click.echo(f"outbox schema at revision {escaped(current or 'base')}")
 
 
+@click.command()
+@click.pass_obj
+def rebase(context: CommandContext) -> None:
+    """After a restore into another cluster: rewrite the stored transaction ids so delivery
+    resumes (one transaction; refused while a daemon leads; writers wait meanwhile)."""
+    from poller.store.rebase_store import RebaseRefusedError
+    from poller.store.rebase_store import rebase as rebase_outbox
+
+    with context.connect(autocommit=True) as conn:
+        try:
+            result = rebase_outbox(conn)
+        except RebaseRefusedError as error:
+            raise click.ClickException(f"rebase refused, nothing changed: {error}") from None
+    if result is None:
+        click.echo("nothing to rebase: no stored transaction id is ahead of this cluster")
+        return
+    advanced = f"; used up {result.advanced_by} ids first" if result.advanced_by else ""
+    click.echo(
+        f"rebased {result.restored_ids} restored and {result.written_here_ids} new transaction"
+        f" ids onto {result.first_id} and up ({result.messages_rewritten} messages"
+        f" rewritten{advanced}); every subscription's epoch was raised"
+    )
+
+
 @click.group()
 def db() -> None:
     """The database the outbox lives in (and the embedded server used without a URL)."""
