@@ -21,7 +21,7 @@ from outbox.roles import role_names
 from poller import administration
 from poller.message import Message
 from poller.outcomes import ParkMessage
-from tests.support.cli import outbox_environment
+from tests.support.cli import outbox_command, outbox_environment
 from tests.support.databases import PROJECT_ROOT, DatabaseFactory
 from tests.support.inprocess import running_daemon
 from tests.support.role_logins import login_as
@@ -302,3 +302,19 @@ def test_databases_of_one_cluster_migrated_at_once_share_the_roles_and_a_downgra
 def test_a_role_prefix_that_would_not_make_plain_names_is_refused() -> None:
     with pytest.raises(ValueError, match="role prefix 'Shop-1'"):
         migrations.upgrade("postgresql://unused", role_prefix="Shop-1")
+
+
+def test_migrate_refuses_a_bad_role_prefix_in_one_line_and_changes_nothing(
+    database_factory: DatabaseFactory,
+) -> None:
+    url = database_factory.create(migrated=False)
+    try:
+        done = outbox_command(["migrate", "--role-prefix", "Shop-EU"], url)
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines() == [
+            "Error: role prefix 'Shop-EU' must be lower-case letters, digits and underscores,"
+            " not starting with a digit, at most 56 characters"
+        ]
+        assert migrations.current_revision(url) is None
+    finally:
+        database_factory.drop(url)
