@@ -25,6 +25,7 @@ from psycopg import sql
 from sqlalchemy import Connection, NullPool, create_engine, text
 
 import outbox
+from outbox.roles import DEFAULT_ROLE_PREFIX, ROLE_PREFIX_SETTING, role_names
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,35 @@ CATALOG_QUERIES: dict[str, LiteralString] = {
         SELECT relname, relkind::text FROM pg_class
         WHERE relnamespace = 'outbox'::regnamespace
           AND relname NOT IN ('alembic_version', 'alembic_version_pkc')""",
+    # What each role other than the owner may do (outbox.roles), object by object; an owner's
+    # own privileges are left out, since a revoke leaves them written where none were before.
+    "privilege": """
+        SELECT g.kind || ' ' || g.name || ' to '
+                   || CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
+               string_agg(g.privilege_type, ', ' ORDER BY g.privilege_type)
+        FROM (
+            SELECT 'table' AS kind, c.relname::text AS name, e.grantee, e.privilege_type,
+                   c.relowner AS owner
+            FROM pg_class AS c, aclexplode(c.relacl) AS e
+            WHERE c.relnamespace = 'outbox'::regnamespace
+            UNION ALL
+            SELECT 'column', c.relname || '.' || a.attname, e.grantee, e.privilege_type,
+                   c.relowner
+            FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid,
+                 aclexplode(a.attacl) AS e
+            WHERE c.relnamespace = 'outbox'::regnamespace
+            UNION ALL
+            SELECT 'schema', n.nspname::text, e.grantee, e.privilege_type, n.nspowner
+            FROM pg_namespace AS n, aclexplode(n.nspacl) AS e
+            WHERE n.nspname = 'outbox'
+            UNION ALL
+            SELECT 'function', p.oid::regprocedure::text, e.grantee, e.privilege_type,
+                   p.proowner
+            FROM pg_proc AS p, aclexplode(p.proacl) AS e
+            WHERE p.pronamespace = 'outbox'::regnamespace
+        ) AS g
+        WHERE g.grantee <> g.owner
+        GROUP BY g.kind, g.name, g.grantee""",
 }
 
 Catalog = dict[str, dict[str, str]]
@@ -110,7 +140,10 @@ def migrations_directory() -> Path:
 
 
 @contextmanager
-def _migration_connection(database_url: str) -> Iterator[tuple[Config, Connection]]:
+def _migration_connection(
+    database_url: str, role_prefix: str = DEFAULT_ROLE_PREFIX
+) -> Iterator[tuple[Config, Connection]]:
+    role_names(role_prefix)  # refuses a bad prefix before connecting
     # The creator hands the URL to psycopg untouched, so socket paths and options in it work
     # exactly as they do for every other connection the product makes.
     engine = create_engine(
@@ -121,6 +154,11 @@ def _migration_connection(database_url: str) -> Iterator[tuple[Config, Connectio
             # Two processes migrating at once would both try to create the same tables.
             connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('outbox.migrate'))"))
             _execute(connection, "CREATE SCHEMA IF NOT EXISTS {}", VERSION_TABLE_SCHEMA)
+            # Read by the roles migration (0007); local to this transaction.
+            connection.execute(
+                text("SELECT set_config(:setting, :prefix, true)"),
+                {"setting": ROLE_PREFIX_SETTING, "prefix": role_prefix},
+            )
             config = Config()
             config.set_main_option("script_location", str(migrations_directory()))
             config.attributes["connection"] = connection
@@ -129,14 +167,20 @@ def _migration_connection(database_url: str) -> Iterator[tuple[Config, Connectio
         engine.dispose()
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
-    with _migration_connection(database_url) as (config, connection):
+def upgrade(
+    database_url: str, revision: str = "head", role_prefix: str = DEFAULT_ROLE_PREFIX
+) -> None:
+    """`role_prefix` names the roles revision 0007 creates or reuses (outbox.roles)."""
+    with _migration_connection(database_url, role_prefix) as (config, connection):
         _adopt_unversioned_outbox(config, connection)
         _to_revision(command.upgrade, config, revision)
 
 
-def downgrade(database_url: str, revision: str = "base") -> None:
-    with _migration_connection(database_url) as (config, connection):
+def downgrade(
+    database_url: str, revision: str = "base", role_prefix: str = DEFAULT_ROLE_PREFIX
+) -> None:
+    """Going below 0007 revokes the privileges of the roles of `role_prefix` in this database."""
+    with _migration_connection(database_url, role_prefix) as (config, connection):
         # Adopted first, so a database built from schema.sql goes down like a migrated one.
         _adopt_unversioned_outbox(config, connection)
         _to_revision(command.downgrade, config, revision)

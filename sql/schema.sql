@@ -445,5 +445,52 @@ LEFT JOIN LATERAL outbox.message_partition_holder(p.first_position, p.end_positi
 
 -- The first partitions; the daemon creates more ahead of need (--partitions-ahead).
 SELECT outbox.create_message_partitions(1000000, 2);
+-- Least-privilege roles (see outbox/roles.py and migrations/versions/0007_roles.py): created
+-- when missing (they are cluster-wide, so another database may have made them), then granted
+-- what each needs here. The names are <prefix>_writer, _poller and _reader; the prefix is the
+-- outbox.role_prefix setting, `outbox` when unset: PGOPTIONS='-c outbox.role_prefix=shop'.
+DO $roles$
+DECLARE
+    prefix text := coalesce(nullif(current_setting('outbox.role_prefix', true), ''), 'outbox');
+    writer text := prefix || '_writer';
+    poller text := prefix || '_poller';
+    reader text := prefix || '_reader';
+    role_name text;
+BEGIN
+    FOREACH role_name IN ARRAY ARRAY[writer, poller, reader] LOOP
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = role_name) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', role_name);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                -- Another database of the cluster created it after our check: a concurrent
+                -- CREATE ROLE waits for the first to commit, then fails on pg_authid's key.
+                NULL;
+            END;
+        END IF;
+    END LOOP;
+    EXECUTE format('GRANT USAGE ON SCHEMA outbox TO %I, %I, %I', writer, poller, reader);
+    EXECUTE format(
+        'GRANT INSERT (publication_id, message_id, message_type, partition_key, data, headers),'
+        ' SELECT (position, publication_id, message_id) ON outbox.messages TO %I', writer);
+    EXECUTE format(
+        'GRANT SELECT ON outbox.messages, outbox.subscriptions, outbox.subscription_leaders,'
+        ' outbox.parked_messages, outbox.subscription_status, outbox.blocking_transactions'
+        ' TO %I', poller);
+    EXECUTE format(
+        'GRANT UPDATE (last_processed_transaction_id, last_processed_position, updated_at)'
+        ' ON outbox.subscriptions TO %I', poller);
+    EXECUTE format(
+        'GRANT INSERT, UPDATE, DELETE ON outbox.subscription_leaders, outbox.parked_messages'
+        ' TO %I', poller);
+    EXECUTE format(
+        'GRANT SELECT ON outbox.subscription_status, outbox.blocking_transactions,'
+        ' outbox.parked_messages TO %I', reader);
+    -- A consumer that stores its own position (outbox.consumer_positions, where present).
+    IF to_regclass('outbox.consumer_positions') IS NOT NULL THEN
+        EXECUTE format(
+            'GRANT SELECT, INSERT, UPDATE, DELETE ON outbox.consumer_positions TO %I', poller);
+    END IF;
+END
+$roles$;
 
 COMMIT;

@@ -6,35 +6,71 @@ from operations.cli.context import CommandContext
 from operations.cli.printing import escaped
 from outbox.database_url import mask_password
 from outbox.names import DATABASE_URL_VARIABLE
+from outbox.roles import DEFAULT_ROLE_PREFIX, role_names
 
 
-class _BadRevisionError(click.ClickException):
+class _BadValueError(click.ClickException):
     exit_code = 2  # a usage error, as click's own; but one line, without the usage text
 
 
 @click.command()
 @click.option("--revision", default="head", show_default=True)
 @click.option("--downgrade", is_flag=True, help="Go down to --revision (default: base).")
+@click.option(
+    "--role-prefix",
+    default=DEFAULT_ROLE_PREFIX,
+    show_default=True,
+    help="Names the roles created or reused: PREFIX_writer, PREFIX_poller, PREFIX_reader"
+    " (cluster-wide; a downgrade revokes theirs in this database and keeps them).",
+)
 @click.pass_obj
-def migrate(context: CommandContext, revision: str, downgrade: bool) -> None:
+def migrate(context: CommandContext, revision: str, downgrade: bool, role_prefix: str) -> None:
     """Bring the outbox schema to a revision (idempotent)."""
     from outbox import (
         schema_migrations as migrations,  # alembic costs a second to import; only here
     )
 
+    try:
+        role_names(role_prefix)
+    except ValueError as error:
+        raise _BadValueError(str(error)) from None
     context.connect().close()  # a connection failure names the URL, not SQLAlchemy's wrapper
     try:
         if downgrade:
             target = "base" if revision == "head" else revision
-            migrations.downgrade(context.database_url, target)
+            migrations.downgrade(context.database_url, target, role_prefix)
         else:
-            migrations.upgrade(context.database_url, revision)
+            migrations.upgrade(context.database_url, revision, role_prefix)
     except migrations.RevisionError as error:
-        raise _BadRevisionError(str(error)) from None
+        raise _BadValueError(str(error)) from None
     except migrations.SchemaMismatchError as error:
         raise click.ClickException(str(error)) from None
     current = migrations.current_revision(context.database_url)
     click.echo(f"outbox schema at revision {escaped(current or 'base')}")
+
+
+@click.command()
+@click.pass_obj
+def rebase(context: CommandContext) -> None:
+    """After a restore into another cluster: rewrite the stored transaction ids so delivery
+    resumes (one transaction; refused while a daemon leads; writers wait meanwhile)."""
+    from poller.store.rebase_store import RebaseRefusedError
+    from poller.store.rebase_store import rebase as rebase_outbox
+
+    with context.connect(autocommit=True) as conn:
+        try:
+            result = rebase_outbox(conn)
+        except RebaseRefusedError as error:
+            raise click.ClickException(f"rebase refused, nothing changed: {error}") from None
+    if result is None:
+        click.echo("nothing to rebase: no stored transaction id is ahead of this cluster")
+        return
+    advanced = f"; used up {result.advanced_by} ids first" if result.advanced_by else ""
+    click.echo(
+        f"rebased {result.restored_ids} restored and {result.written_here_ids} new transaction"
+        f" ids onto {result.first_id} and up ({result.messages_rewritten} messages"
+        f" rewritten{advanced}); every subscription's epoch was raised"
+    )
 
 
 @click.group()

@@ -18,6 +18,7 @@ from outbox.database_url import mask_password
 from poller.administration import SubscriptionError
 from poller.daemon.handlers import HandlerNotFoundError
 from poller.daemon.worker import NotPollableError
+from poller.store.restore_check import RestoredDatabaseError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,10 @@ def validation_text(error: pydantic.ValidationError, source: str) -> str:
 
 def translated(error: Exception) -> click.ClickException:
     """The CLI error for `error`; see the module docstring for the exit codes."""
-    if isinstance(error, DatabaseConnectionError | SubscriptionError | NotPollableError):
+    if isinstance(
+        error,
+        DatabaseConnectionError | SubscriptionError | NotPollableError | RestoredDatabaseError,
+    ):
         return CommandError(str(error))
     if isinstance(error, psycopg.Error):
         if _schema_missing(error):

@@ -5,7 +5,7 @@ import logging
 import click
 
 from operations.cli.context import CommandContext
-from operations.cli.database_commands import db, migrate
+from operations.cli.database_commands import db, migrate, rebase
 from operations.cli.demo_command import demo
 from operations.cli.errors import CommandUsageError, OutboxGroup
 from operations.cli.message_commands import message
@@ -46,6 +46,7 @@ def cli(context: click.Context, log_level: str | None) -> None:
 
 
 cli.add_command(migrate)
+cli.add_command(rebase)
 cli.add_command(db)
 cli.add_command(demo)
 for command in (subscription, poll, status, seek, parked, message, spark, tail, prune):

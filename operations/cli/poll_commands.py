@@ -26,6 +26,7 @@ from poller.daemon.worker import check_pollable
 from poller.message import Message
 from poller.store import retention_store
 from poller.store.records import Blocker
+from poller.store.restore_check import ensure_not_restored
 
 # package.module:callable, each part an identifier: anything else (`../etc:passwd`, a relative
 # import) is refused before the import machinery sees it.
@@ -97,6 +98,7 @@ def poll(
     with connect_when_up(context) as conn:
         for name in names:
             check_pollable(name, administration.get(conn, name))
+            ensure_not_restored(conn, name)
     unfinished = asyncio.run(run_daemon(context.database_url, names, handler, options))
     if unfinished:
         exit_without_waiting(unfinished)

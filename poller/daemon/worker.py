@@ -24,6 +24,7 @@ from poller.daemon.self_fence import SelfFence
 from poller.message import Message
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
 from poller.store.records import Lease, SubscriptionRecord, new_holder_id
+from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored_async
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class SubscriptionWorker:
                     "%s: the subscription was deleted; its worker stops", self._subscription_id
                 )
                 return
-            except NotPollableError as error:
+            except (NotPollableError, RestoredDatabaseError) as error:
                 log.error("%s; its worker stops", error)
                 return
             except Exception:
@@ -165,4 +166,7 @@ class SubscriptionWorker:
 
     async def _load(self, conn: psycopg.AsyncConnection[Any]) -> SubscriptionRecord:
         name = self._subscription_id
-        return check_pollable(name, await load_subscription(conn, name))
+        record = check_pollable(name, await load_subscription(conn, name))
+        # Checked at each term, not only at start: a failover may land on a restored copy.
+        await ensure_not_restored_async(conn, name)
+        return record

@@ -1,0 +1,142 @@
+"""`outbox rebase` on a database whose stored ids run ahead of its cluster, as after a restore.
+
+The restore is imitated by storing ids from the cluster's future: rows inserted with an
+explicit transaction id carry the inserting transaction's xmin, as restored rows carry the
+restore's. tests/integration/test_restore.py does the real thing with pg_dump.
+"""
+
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+import outbox
+from outbox.positions import Position
+from poller import administration
+from poller.message import Message
+from poller.store.rebase_store import RebaseRefusedError, rebase
+from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored
+from tests.support.daemons import wait_until
+from tests.support.inprocess import running_daemon
+
+# An old cluster's ids, in the order its transactions wrote rows (positions ascend). Its
+# delivery order is by (id, position), which differs from the order of positions.
+OLD_IDS = [50, 20, 90, 20, 70, 30, 90, 60]
+AHEAD = 1_000_000_000
+
+
+def _messages(conn: psycopg.Connection[Any]) -> list[tuple[int, int]]:
+    rows = conn.execute(
+        "SELECT transaction_id::text::bigint, position FROM outbox.messages"
+        " ORDER BY transaction_id, position"
+    ).fetchall()
+    return [(row[0], row[1]) for row in rows]
+
+
+def test_rebase_resumes_delivery_with_nothing_lost_or_repeated(database_url: str) -> None:
+    old_order, _ = _restored_outbox(database_url)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        # One transaction each: three ids written here.
+        written_here = [outbox.append(conn, "orders", "T", {"n": n}) for n in range(3)]
+        with pytest.raises(RestoredDatabaseError, match="outbox rebase"):
+            ensure_not_restored(conn, "sub")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        result = rebase(conn)
+        assert result is not None
+        assert (result.restored_ids, result.written_here_ids) == (
+            len(set(OLD_IDS)),
+            len(written_here),
+        )
+        ensure_not_restored(conn, "sub")
+        after = _messages(conn)
+        record = administration.get(conn, "sub")
+        parked = conn.execute(
+            "SELECT p.transaction_id = m.transaction_id FROM outbox.parked_messages AS p"
+            " JOIN outbox.messages AS m USING (position)"
+        ).fetchall()
+        assert rebase(conn) is None  # done once: nothing is ahead any more
+    # Delivery order kept: old messages in their order, then those written here.
+    assert [position for _, position in after] == old_order + written_here
+    assert Position(*after[2]) == record.checkpoint
+    assert record.epoch == 1
+    assert parked == [(True,)]
+
+    delivered: list[int] = []
+    lock = threading.Lock()
+
+    def record_delivery(message: Message) -> None:
+        with lock:
+            delivered.append(message.position)
+
+    with running_daemon(database_url, ["sub"], record_delivery):
+        wait_until(lambda: len(delivered) >= len(old_order), 15, "every message")
+        with psycopg.connect(database_url) as conn:
+            later = outbox.append(conn, "orders", "T", {"n": "after the rebase"})
+        wait_until(lambda: later in delivered, 15, "the message appended after the rebase")
+    assert delivered == old_order[3:] + written_here + [later]
+
+
+def _restored_outbox(url: str) -> tuple[list[int], Position]:
+    """Old messages from the future, a checkpoint after the first three in delivery order
+    (stored directly: `seek` refuses an id from the future) and the third of them parked;
+    returns the positions in old delivery order and the checkpoint."""
+    with psycopg.connect(url) as conn:
+        future = conn.execute(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint + %s", [AHEAD]
+        ).fetchone()
+        assert future is not None
+        for n, old in enumerate(OLD_IDS):
+            conn.execute(
+                "INSERT INTO outbox.messages"
+                " (publication_id, message_id, message_type, data, transaction_id)"
+                " VALUES ('orders', %s, 'T', '{}', %s::text::xid8)",
+                [f"old-{n}", future[0] + old],
+            )
+        delivered = _messages(conn)
+        checkpoint = Position(*delivered[2])
+        conn.execute(
+            "INSERT INTO outbox.subscriptions"
+            " (subscription_id, publication_id, last_processed_transaction_id,"
+            "  last_processed_position)"
+            " VALUES ('sub', 'orders', %s::text::xid8, %s)",
+            [checkpoint.transaction_id, checkpoint.position],
+        )
+        conn.execute(
+            "INSERT INTO outbox.parked_messages"
+            " (subscription_id, position, transaction_id, attempts, last_error)"
+            " VALUES ('sub', %s, %s::text::xid8, 3, 'old failure')",
+            [checkpoint.position, checkpoint.transaction_id],
+        )
+    return [position for _, position in delivered], checkpoint
+
+
+def test_rebase_is_refused_while_a_daemon_leads_and_changes_nothing(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        administration.create(conn, "sub", "orders", "start", {})
+        outbox.append(conn, "orders", "T", {})
+        before = _messages(conn)
+    seen: list[int] = []
+    with running_daemon(database_url, ["sub"], lambda message: seen.append(message.position)):
+        wait_until(lambda: seen, 15, "the daemon to lead and deliver")
+        with (
+            psycopg.connect(database_url, autocommit=True) as conn,
+            pytest.raises(RebaseRefusedError, match="a daemon leads 'sub'"),
+        ):
+            rebase(conn)
+    with psycopg.connect(database_url) as conn:
+        assert _messages(conn) == before
+        assert administration.get(conn, "sub").epoch == 0
+
+
+def test_rebase_of_a_database_never_restored_changes_nothing(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        administration.create(conn, "sub", "orders", "start", {})
+        for n in range(3):
+            outbox.append(conn, "orders", "T", {"n": n})
+            conn.commit()
+        before = _messages(conn)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert rebase(conn) is None
+        assert _messages(conn) == before
+        assert administration.get(conn, "sub").epoch == 0
