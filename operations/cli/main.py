@@ -10,6 +10,7 @@ from operations.cli.demo_command import demo
 from operations.cli.errors import CommandUsageError, OutboxGroup
 from operations.cli.message_commands import message
 from operations.cli.poll_commands import poll, status
+from operations.cli.skip_command import skip
 from operations.cli.spark_command import spark
 from operations.cli.subscription_commands import parked, seek, subscription
 from operations.settings import command_line_settings
@@ -46,7 +47,7 @@ def cli(context: click.Context, log_level: str | None) -> None:
 cli.add_command(migrate)
 cli.add_command(db)
 cli.add_command(demo)
-for command in (subscription, poll, status, seek, parked, message, spark):
+for command in (subscription, poll, status, seek, skip, parked, message, spark):
     cli.add_command(command)
 
 

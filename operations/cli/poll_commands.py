@@ -14,6 +14,7 @@ import click
 from operations.cli.context import CommandContext
 from operations.cli.errors import CommandUsageError
 from operations.cli.first_connection import connect_when_up
+from operations.cli.json_output import json_option, print_json, status_document
 from operations.cli.poll_config import read_poll_config
 from operations.cli.printing import cell, checkpoint_text, console, table
 from poller import administration
@@ -120,8 +121,9 @@ def _handler(spec: str) -> Handler:
 
 
 @click.command()
+@json_option
 @click.pass_obj
-def status(context: CommandContext) -> None:
+def status(context: CommandContext, as_json: bool) -> None:
     """Where every subscription stands (the view outbox.subscription_status).
 
     Naming the sessions of other users that block a subscription needs pg_read_all_stats.
@@ -130,6 +132,9 @@ def status(context: CommandContext) -> None:
     listing = table((*columns, "leader", "blocked by"))
     with context.connect() as conn:
         rows = administration.status(conn)
+    if as_json:
+        print_json([status_document(row) for row in rows])
+        return
     for row in rows:
         leader = (
             f"{row.leader_host} pid {row.leader_pid} since {row.leader_since:%H:%M:%S}"
