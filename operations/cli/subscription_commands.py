@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from operations.cli.context import CommandContext
-from operations.cli.errors import CommandError
+from operations.cli.errors import CommandError, CommandUsageError
 from operations.cli.json_output import (
     json_option,
     parked_document,
@@ -19,14 +19,11 @@ from operations.cli.json_output import (
 )
 from operations.cli.printing import cell, checkpoint_text, console, escaped, table
 from poller import administration
+from poller.administration import quoted
 from poller.subscription.settings import SETTINGS
 
 # A listing larger than this is not read on a terminal; it would only load the database.
 MAX_PARKED_LISTED = 10_000
-
-# What `seek --to-time` reads: ISO 8601 with a UTC offset (`Z` or `+02:00`); a time without
-# one is refused rather than guessed (see administration.seek_to_time).
-TIME_FORMATS = ["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S.%f%z", "%Y-%m-%d %H:%M:%S%z"]
 
 
 def setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -138,13 +135,33 @@ def delete(context: CommandContext, name: str) -> None:
     click.echo(f"deleted {escaped(name)}")
 
 
+def _time(
+    _context: click.Context, _parameter: click.Parameter, value: str | None
+) -> datetime.datetime | None:
+    """ISO 8601 with a UTC offset (`Z` or `+02:00`): a time without one is refused rather
+    than guessed in some zone."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise CommandUsageError(
+            f"--to-time {quoted(value)} is not an ISO 8601 time (like 2024-05-01T10:00:00Z)"
+        ) from None
+    if parsed.tzinfo is None:
+        raise CommandUsageError(
+            f"--to-time {quoted(value)} has no UTC offset (add Z or one like +02:00)"
+        )
+    return parsed
+
+
 @click.command()
 @click.argument("name")
 @click.option("--to", "to", help="start, end or TX:POS")
 @click.option(
     "--to-time",
     "to_time",
-    type=click.DateTime(TIME_FORMATS),
+    callback=_time,
     help="Resume with the first message appended at or after this time (ISO 8601, with offset).",
 )
 @click.option("--to-message", "to_message", help="Resume with this message id of the publication.")
