@@ -8,6 +8,7 @@ from operations.cli.context import CommandContext
 from operations.cli.database_commands import db, migrate
 from operations.cli.demo_command import demo
 from operations.cli.errors import CommandUsageError, OutboxGroup
+from operations.cli.log_format import log_handler
 from operations.cli.message_commands import message
 from operations.cli.poll_commands import poll, status
 from operations.cli.skip_command import skip
@@ -36,9 +37,8 @@ def cli(context: click.Context, log_level: str | None) -> None:
         raise CommandUsageError(
             f"OUTBOX_LOG_LEVEL {quoted(settings.log_level)} is not one of {', '.join(LOG_LEVELS)}"
         )
-    handler = logging.StreamHandler()
+    handler = log_handler()
     handler.addFilter(PasswordMaskingFilter())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger("alembic").setLevel(logging.WARNING)
     context.obj = CommandContext(settings)

@@ -15,6 +15,7 @@ from operations.cli.context import CommandContext
 from operations.cli.errors import CommandUsageError
 from operations.cli.first_connection import connect_when_up
 from operations.cli.json_output import json_option, print_json, status_document
+from operations.cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_format
 from operations.cli.poll_config import read_poll_config
 from operations.cli.printing import cell, checkpoint_text, console, table
 from poller import administration
@@ -53,6 +54,13 @@ def daemon_options(command: Callable[..., Any]) -> Callable[..., Any]:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="TOML with `handler` and `subscriptions = [...]`.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default=DEFAULT_LOG_FORMAT,
+    show_default=True,
+    help="json: one JSON object per line (subscription, leader_token, position, ...).",
+)
 @daemon_options
 @click.pass_obj
 def poll(
@@ -61,6 +69,7 @@ def poll(
     subscriptions: tuple[str, ...],
     handler_spec: str | None,
     config: Path | None,
+    log_format: str,
     **option_values: float | None,
 ) -> None:
     """Run the daemon: deliver every committed message of the subscriptions to the handler.
@@ -68,6 +77,7 @@ def poll(
     The current directory comes first on the import path, as with `python -m`, so a handler
     module beside you is found.
     """
+    use_log_format(log_format)
     names = list(subscriptions)
     if config is not None:
         document = read_poll_config(config)

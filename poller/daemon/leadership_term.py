@@ -110,7 +110,13 @@ class LeadershipTerm:
 
     async def run(self) -> None:
         name = self._record.subscription_id
-        log.info("leading %s from %s (epoch %s)", name, self._record.checkpoint, self._record.epoch)
+        log.info(
+            "leading %s from %s (epoch %s)",
+            name,
+            self._record.checkpoint,
+            self._record.epoch,
+            extra={"position": str(self._record.checkpoint), "epoch": self._record.epoch},
+        )
         reader = asyncio.create_task(self._read_loop(), name=f"{name}:reader")
         ticker = asyncio.create_task(self._tick_loop(), name=f"{name}:ticker")
         writer = asyncio.create_task(self._write_loop(), name=f"{name}:writer")
@@ -306,6 +312,7 @@ class LeadershipTerm:
             message,
             attempts,
             storable_text(command.reason),
+            extra={"position": str(message.at), "message_id": message.message_id},
         )
         self._carry_out(self.machine.parked(message.at, command.epoch, time.monotonic()))
 
@@ -375,7 +382,12 @@ class LeadershipTerm:
         self._fence.renewed(sent_at)
         now = time.monotonic()
         if state.epoch > self.machine.epoch:
-            log.info("subscription %s: seek to %s", self._record.subscription_id, state.checkpoint)
+            log.info(
+                "subscription %s: seek to %s",
+                self._record.subscription_id,
+                state.checkpoint,
+                extra={"position": str(state.checkpoint), "epoch": state.epoch},
+            )
             self._carry_out(self.machine.seek(state.checkpoint, state.epoch, now))
         if state.settings != self._stored_settings:
             self._apply_settings(state.settings, now)
@@ -421,7 +433,12 @@ class LeadershipTerm:
             return
         if request.epoch == self.machine.epoch and request != self._skip_applied:
             self._skip_applied = request
-            log.info("subscription %s: skip to %s", self._record.subscription_id, request.to)
+            log.info(
+                "subscription %s: skip to %s",
+                self._record.subscription_id,
+                request.to,
+                extra={"position": str(request.to)},
+            )
             self._carry_out(self.machine.admin_skip_to(request.to, time.monotonic()))
         if request.epoch < state.epoch or state.checkpoint >= request.to:
             await self._store.settle_skip_request(request)
