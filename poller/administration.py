@@ -14,7 +14,7 @@ from outbox.positions import MAX_PART, START, Position, at_frontier
 from poller.message import Message
 from poller.store.admin_store import AdminStore
 from poller.store.message_reads import message_from_row, safe_frontier
-from poller.store.records import Blocker, SubscriptionRecord, settings_from_stored
+from poller.store.records import Blocker, SkipRequest, SubscriptionRecord, settings_from_stored
 
 # The largest bigint: a checkpoint at (frontier - 1, MAX_POSITION) is past every row of every
 # transaction below the frontier, and before every row of transactions still running.
@@ -112,11 +112,96 @@ def update_settings(conn: psycopg.Connection[Any], name: str, changes: dict[str,
 
 
 def seek(conn: psycopg.Connection[Any], name: str, to: str) -> tuple[Position, int]:
-    at = resolve_start(conn, to, option="--to")
+    return _seek_at(conn, name, resolve_start(conn, to, option="--to"))
+
+
+def seek_to_time(
+    conn: psycopg.Connection[Any], name: str, since: datetime.datetime
+) -> tuple[Position, int]:
+    """Delivery resumes with the first message, in delivery order, appended at or after
+    `since` (appended_at: the writer transaction's start; commit times are not stored).
+    Nothing appended at or after `since` is passed over; a few appended before it may follow."""
+    if since.tzinfo is None:
+        raise SubscriptionError(
+            f"--to-time {quoted(since.isoformat())} has no UTC offset"
+            " (write it as 2024-05-01T10:00:00+02:00 or ...Z)"
+        )
+    record = get(conn, name)
+    found, now = AdminStore(conn).first_message_appended_since(record.publication, since)
+    if since > now:
+        raise SubscriptionError(
+            f"--to-time {quoted(since.isoformat())} is in the future"
+            f" (the database's clock says {now.isoformat()})"
+        )
+    return _seek_at(conn, name, _just_before(conn, found))
+
+
+def seek_to_message(
+    conn: psycopg.Connection[Any], name: str, message_id: str
+) -> tuple[Position, int]:
+    """Delivery resumes with the message `message_id` of the subscription's publication."""
+    record = get(conn, name)
+    try:
+        found = find_message(conn, record.publication, message_id=message_id)
+    except SubscriptionError as error:
+        raise SubscriptionError(f"--to-message: {error}") from None
+    return _seek_at(conn, name, _just_before(conn, found.at))
+
+
+def _just_before(conn: psycopg.Connection[Any], found: Position | None) -> Position:
+    """The checkpoint after which `found` is read first, but never past the safe frontier:
+    a transaction still running below `found` may commit messages that belong before it.
+    Without a message, the frontier (`end`) itself."""
+    end = resolve_start(conn, "end")
+    if found is None:
+        return end
+    return min(Position(found.transaction_id, found.position - 1), end)
+
+
+def _seek_at(conn: psycopg.Connection[Any], name: str, at: Position) -> tuple[Position, int]:
     epoch = AdminStore(conn).seek(_checked_lookup(name), at)
     if epoch is None:
         raise _missing(name)
     return at, epoch
+
+
+class SkipRequested(NamedTuple):
+    requested: Position
+    pending: Position
+    """The skip the leader will apply: `requested`, or a further one already pending."""
+    leader_alive: bool
+
+
+def request_skip(conn: psycopg.Connection[Any], name: str, to: str) -> SkipRequested:
+    """Ask the leader to finish every message up to `to` without delivering it (again).
+
+    Unlike a seek the epoch stays: nothing after `to` is delivered twice, and the delivery of
+    a skipped message already in flight keeps its key until it ends (Pulsar #25627). Without
+    a leader the request waits for the next one, which applies it before its first read.
+    """
+    record = get(conn, name)
+    if record.kind is not None:
+        raise SubscriptionError(
+            f"subscription {quoted(name)} records a {record.kind} query's progress;"
+            " only subscriptions `outbox poll` delivers can skip"
+        )
+    at = resolve_start(conn, to, option="--to")
+    store = AdminStore(conn)
+    if store.request_skip(name, at) is None:
+        pending = store.skip_request(name)
+        checkpoint = get(conn, name).checkpoint
+        if pending is None or not at > checkpoint:
+            raise SubscriptionError(
+                f"--to {quoted(to)}: {quoted(name)} is already past it (checkpoint"
+                f" {checkpoint}); nothing to skip"
+            )
+        return SkipRequested(at, pending.to, store.leader_alive(name))
+    return SkipRequested(at, at, store.leader_alive(name))
+
+
+def skip_request(conn: psycopg.Connection[Any], name: str) -> SkipRequest | None:
+    """The skip a leader has not finished yet, if any."""
+    return AdminStore(conn).skip_request(_checked_lookup(name))
 
 
 def request_replay(conn: psycopg.Connection[Any], name: str) -> None:
@@ -131,9 +216,46 @@ def request_replay(conn: psycopg.Connection[Any], name: str) -> None:
     store.request_replay(name)
 
 
-def list_parked(conn: psycopg.Connection[Any], name: str, limit: int) -> list[tuple[Any, ...]]:
+class ParkedRow(NamedTuple):
+    """One line of `outbox parked list`; the field names are its JSON output's."""
+
+    position: int
+    transaction_id: int
+    message_type: str
+    message_id: str
+    attempts: int
+    last_error: str
+    parked_at: datetime.datetime
+
+
+class ParkedMessage(NamedTuple):
+    message: Message
+    attempts: int
+    last_error: str
+    parked_at: datetime.datetime
+
+
+def list_parked(conn: psycopg.Connection[Any], name: str, limit: int) -> list[ParkedRow]:
     get(conn, name)
-    return AdminStore(conn).parked(name, limit)
+    return [ParkedRow(*row) for row in AdminStore(conn).parked(name, limit)]
+
+
+def parked_message(conn: psycopg.Connection[Any], name: str, at: str) -> ParkedMessage:
+    """The parked message at `at`: POS, or TX:POS as `parked list` and status print it."""
+    get(conn, name)
+    try:
+        wanted = Position.parse(at) if ":" in at else Position(0, int(at))
+        if not 0 < wanted.position <= MAX_PART:
+            raise ValueError("out of range")
+    except ValueError:
+        raise SubscriptionError(f"position {quoted(at)} is not POS or TX:POS") from None
+    row = AdminStore(conn).parked_message(name, wanted.position)
+    found = None if row is None else ParkedMessage(message_from_row(row[:-3]), *row[-3:])
+    if found is None or (":" in at and found.message.at != wanted):
+        raise SubscriptionError(
+            f"subscription {quoted(name)} has no parked message at {quoted(at)}"
+        )
+    return found
 
 
 def purge_parked(conn: psycopg.Connection[Any], name: str) -> int:

@@ -167,7 +167,8 @@ FROM outbox.subscriptions AS s
 WHERE l.subscription_id = %(subscription)s AND s.subscription_id = l.subscription_id
   AND l.token = %(token)s AND l.holder = %(holder)s
 RETURNING s.epoch, s.last_processed_transaction_id::text::bigint, s.last_processed_position,
-          s.settings, s.replay_requests
+          s.settings, s.replay_requests,
+          s.skip_to_transaction_id::text::bigint, s.skip_to_position, s.skip_epoch
 
 -- release_leadership --
 -- Gives the lease up at shutdown so a standby takes over at once.
@@ -352,3 +353,53 @@ SELECT pg_try_advisory_lock(hashtextextended('outbox.retention', 0))
 -- release_retention_lock --
 -- Gives the retention lock back.
 SELECT pg_advisory_unlock(hashtextextended('outbox.retention', 0))
+-- request_skip --
+-- Asks the subscription's leader to skip every message up to a position past the stored checkpoint, in the current epoch; returns the epoch, or nothing when the position is not past the checkpoint or a request of this epoch already goes further.
+UPDATE outbox.subscriptions AS s
+SET skip_to_transaction_id = %(transaction_id)s::text::xid8, skip_to_position = %(position)s,
+    skip_epoch = s.epoch, updated_at = clock_timestamp()
+WHERE s.subscription_id = %(subscription)s
+  AND (s.last_processed_transaction_id, s.last_processed_position)
+      < (%(transaction_id)s::text::xid8, %(position)s::bigint)
+  AND (s.skip_epoch IS DISTINCT FROM s.epoch
+       OR (s.skip_to_transaction_id, s.skip_to_position)
+          < (%(transaction_id)s::text::xid8, %(position)s::bigint))
+RETURNING s.epoch
+
+-- settle_skip_request --
+-- Clears the skip request a leader saw once the stored checkpoint has reached it, or a seek made it void (an older epoch); only for the current leader (fencing token), and never a newer request.
+UPDATE outbox.subscriptions AS s
+SET skip_to_transaction_id = NULL, skip_to_position = NULL, skip_epoch = NULL
+FROM outbox.subscription_leaders AS l
+WHERE s.subscription_id = %(subscription)s AND l.subscription_id = s.subscription_id
+  AND l.token = %(token)s AND l.holder = %(holder)s
+  AND s.skip_to_transaction_id = %(transaction_id)s::text::xid8
+  AND s.skip_to_position = %(position)s AND s.skip_epoch = %(epoch)s
+  AND (s.skip_epoch < s.epoch
+       OR (s.last_processed_transaction_id, s.last_processed_position)
+          >= (s.skip_to_transaction_id, s.skip_to_position))
+RETURNING 1
+
+-- get_skip_request --
+-- A subscription's pending skip request (target and epoch), null columns when none.
+SELECT skip_to_transaction_id::text::bigint, skip_to_position, skip_epoch
+FROM outbox.subscriptions WHERE subscription_id = %(subscription)s
+
+-- get_parked_message --
+-- One parked message of a subscription: the whole message, then its parked row's attempts, last error and parked time.
+SELECT {{message_columns}}, p.attempts, p.last_error, p.parked_at
+FROM outbox.parked_messages AS p
+JOIN outbox.messages AS m ON m.position = p.position
+WHERE p.subscription_id = %(subscription)s AND p.position = %(position)s
+
+-- first_message_appended_since --
+-- The first message of a publication, in delivery order, appended at or after a time (null columns if none), and the database's clock.
+SELECT first.transaction_id, first.position, clock_timestamp()
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT m.transaction_id::text::bigint AS transaction_id, m.position
+    FROM outbox.messages AS m
+    WHERE m.publication_id = %(publication)s AND m.appended_at >= %(since)s
+    ORDER BY m.transaction_id, m.position
+    LIMIT 1
+) AS first ON true

@@ -492,5 +492,15 @@ BEGIN
     END IF;
 END
 $roles$;
+-- `outbox skip NAME --to TX:POS` leaves a request here, with the epoch it was made in; the
+-- leader applies it at its next lease renewal and clears it once the stored checkpoint has
+-- reached it (a seek makes it void: its epoch is over).
+ALTER TABLE outbox.subscriptions
+    ADD COLUMN skip_to_transaction_id xid8 NULL,
+    ADD COLUMN skip_to_position bigint NULL,
+    ADD COLUMN skip_epoch bigint NULL,
+    ADD CONSTRAINT subscriptions_skip_request_whole
+        CHECK ((skip_to_transaction_id IS NULL) = (skip_to_position IS NULL)
+               AND (skip_to_position IS NULL) = (skip_epoch IS NULL));
 
 COMMIT;

@@ -8,9 +8,11 @@ from operations.cli.context import CommandContext
 from operations.cli.database_commands import db, migrate, rebase
 from operations.cli.demo_command import demo
 from operations.cli.errors import CommandUsageError, OutboxGroup
+from operations.cli.log_format import log_handler
 from operations.cli.message_commands import message
 from operations.cli.poll_commands import poll, status
 from operations.cli.prune_command import prune
+from operations.cli.skip_command import skip
 from operations.cli.spark_command import spark
 from operations.cli.subscription_commands import parked, seek, subscription
 from operations.cli.tail_command import tail
@@ -37,9 +39,8 @@ def cli(context: click.Context, log_level: str | None) -> None:
         raise CommandUsageError(
             f"OUTBOX_LOG_LEVEL {quoted(settings.log_level)} is not one of {', '.join(LOG_LEVELS)}"
         )
-    handler = logging.StreamHandler()
+    handler = log_handler()
     handler.addFilter(PasswordMaskingFilter())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger("alembic").setLevel(logging.WARNING)
     context.obj = CommandContext(settings)
@@ -49,7 +50,7 @@ cli.add_command(migrate)
 cli.add_command(rebase)
 cli.add_command(db)
 cli.add_command(demo)
-for command in (subscription, poll, status, seek, parked, message, spark, tail, prune):
+for command in (subscription, poll, status, seek, skip, parked, message, spark, tail, prune):
     cli.add_command(command)
 
 

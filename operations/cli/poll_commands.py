@@ -15,6 +15,8 @@ import click
 from operations.cli.context import CommandContext
 from operations.cli.errors import CommandUsageError
 from operations.cli.first_connection import connect_when_up
+from operations.cli.json_output import json_option, print_json, status_document
+from operations.cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_format
 from operations.cli.poll_config import read_poll_config
 from operations.cli.printing import cell, checkpoint_text, console, table
 from operations.cli.retention_printing import print_oldest_holder
@@ -68,6 +70,13 @@ def options_of(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="TOML with `handler` and `subscriptions = [...]`.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default=DEFAULT_LOG_FORMAT,
+    show_default=True,
+    help="json: one JSON object per line (subscription, leader_token, position, ...).",
+)
 @daemon_options
 @click.pass_obj
 def poll(
@@ -76,6 +85,7 @@ def poll(
     subscriptions: tuple[str, ...],
     handler_spec: str | None,
     config: Path | None,
+    log_format: str,
     **option_values: float | None,
 ) -> None:
     """Run the daemon: deliver every committed message of the subscriptions to the handler.
@@ -83,6 +93,7 @@ def poll(
     The current directory comes first on the import path, as with `python -m`, so a handler
     module beside you is found.
     """
+    use_log_format(log_format)
     names = list(subscriptions)
     if config is not None:
         document = read_poll_config(config)
@@ -138,8 +149,9 @@ def _handler(spec: str) -> Handler:
 
 @click.command()
 @options_of([f for f in retention_fields() if f.name == "retention_stale_after"])
+@json_option
 @click.pass_obj
-def status(context: CommandContext, /, retention_stale_after: float | None) -> None:
+def status(context: CommandContext, /, as_json: bool, retention_stale_after: float | None) -> None:
     """Where every subscription stands (the view outbox.subscription_status), and what holds
     retention back (outbox.retention_status).
 
@@ -150,6 +162,9 @@ def status(context: CommandContext, /, retention_stale_after: float | None) -> N
     with context.connect() as conn:
         rows = administration.status(conn)
         holders = retention_store.retention_holders(conn)
+    if as_json:
+        print_json([status_document(row) for row in rows])
+        return
     for row in rows:
         leader = (
             f"{row.leader_host} pid {row.leader_pid} since {row.leader_since:%H:%M:%S}"

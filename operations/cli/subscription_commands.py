@@ -1,5 +1,7 @@
 """`outbox subscription ...`, `outbox seek`, `outbox parked ...`."""
 
+import datetime
+import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -7,9 +9,17 @@ from typing import Any
 import click
 
 from operations.cli.context import CommandContext
-from operations.cli.errors import CommandError
+from operations.cli.errors import CommandError, CommandUsageError
+from operations.cli.json_output import (
+    json_option,
+    parked_document,
+    parked_message_document,
+    print_json,
+    subscription_document,
+)
 from operations.cli.printing import cell, checkpoint_text, console, escaped, table
 from poller import administration
+from poller.administration import quoted
 from poller.subscription.settings import SETTINGS
 
 # A listing larger than this is not read on a terminal; it would only load the database.
@@ -65,21 +75,54 @@ def update(context: CommandContext, /, name: str, **values: Any) -> None:
 
 
 @subscription.command("list")
+@json_option
 @click.pass_obj
-def list_subscriptions(context: CommandContext) -> None:
+def list_subscriptions(context: CommandContext, as_json: bool) -> None:
     """List subscriptions with their checkpoints and settings."""
-    listing = table(("subscription", "publication", "checkpoint", "epoch", "settings"))
     with context.connect() as conn:
-        for record in administration.list_all(conn):
-            settings = ", ".join(f"{k}={v}" for k, v in record.stored_settings.items())
-            listing.add_row(
-                cell(record.subscription_id),
-                cell(record.publication),
-                cell(checkpoint_text(record.checkpoint)),
-                cell(record.epoch),
-                cell(settings or "defaults"),
-            )
+        records = administration.list_all(conn)
+    if as_json:
+        print_json([subscription_document(record) for record in records])
+        return
+    listing = table(("subscription", "publication", "checkpoint", "epoch", "settings"))
+    for record in records:
+        listing.add_row(
+            cell(record.subscription_id),
+            cell(record.publication),
+            cell(checkpoint_text(record.checkpoint)),
+            cell(record.epoch),
+            cell(_settings_text(record.stored_settings) or "defaults"),
+        )
     console().print(listing)
+
+
+@subscription.command("show")
+@click.argument("name")
+@json_option
+@click.pass_obj
+def show(context: CommandContext, name: str, as_json: bool) -> None:
+    """One subscription: checkpoint, epoch, every setting in effect, a pending skip."""
+    with context.connect() as conn:
+        record = administration.get(conn, name)
+        skip = administration.skip_request(conn, name)
+    document = subscription_document(record, skip, detailed=True)
+    if as_json:
+        print_json(document)
+        return
+    shown = table(("field", "value"), show_header=False)
+    for field, value in document.items():
+        if field.endswith(("_transaction_id", "_position")):
+            continue  # the TX:POS field says it
+        if field == "checkpoint":
+            value = checkpoint_text(record.checkpoint)
+        elif isinstance(value, dict):
+            value = _settings_text(value) or "defaults"
+        shown.add_row(cell(field.replace("_", " ")), cell("-" if value is None else value))
+    console().print(shown)
+
+
+def _settings_text(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items())
 
 
 @subscription.command("delete")
@@ -92,14 +135,55 @@ def delete(context: CommandContext, name: str) -> None:
     click.echo(f"deleted {escaped(name)}")
 
 
+def _time(
+    _context: click.Context, _parameter: click.Parameter, value: str | None
+) -> datetime.datetime | None:
+    """ISO 8601 with a UTC offset (`Z` or `+02:00`): a time without one is refused rather
+    than guessed in some zone."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise CommandUsageError(
+            f"--to-time {quoted(value)} is not an ISO 8601 time (like 2024-05-01T10:00:00Z)"
+        ) from None
+    if parsed.tzinfo is None:
+        raise CommandUsageError(
+            f"--to-time {quoted(value)} has no UTC offset (add Z or one like +02:00)"
+        )
+    return parsed
+
+
 @click.command()
 @click.argument("name")
-@click.option("--to", "to", required=True, help="start, end or TX:POS")
+@click.option("--to", "to", help="start, end or TX:POS")
+@click.option(
+    "--to-time",
+    "to_time",
+    callback=_time,
+    help="Resume with the first message appended at or after this time (ISO 8601, with offset).",
+)
+@click.option("--to-message", "to_message", help="Resume with this message id of the publication.")
 @click.pass_obj
-def seek(context: CommandContext, name: str, to: str) -> None:
+def seek(
+    context: CommandContext,
+    name: str,
+    to: str | None,
+    to_time: datetime.datetime | None,
+    to_message: str | None,
+) -> None:
     """Move a subscription, even while its daemon runs (raises its epoch)."""
+    if sum(value is not None for value in (to, to_time, to_message)) != 1:
+        raise click.UsageError("give exactly one of --to, --to-time and --to-message")
     with context.connect() as conn:
-        at, epoch = administration.seek(conn, name, to)
+        if to_time is not None:
+            at, epoch = administration.seek_to_time(conn, name, to_time)
+        elif to_message is not None:
+            at, epoch = administration.seek_to_message(conn, name, to_message)
+        else:
+            assert to is not None
+            at, epoch = administration.seek(conn, name, to)
     click.echo(f"{escaped(name)} now after {at} (epoch {epoch})")
 
 
@@ -111,15 +195,49 @@ def parked() -> None:
 @parked.command("list")
 @click.argument("name")
 @click.option("--limit", type=click.IntRange(1, MAX_PARKED_LISTED), default=100, show_default=True)
+@json_option
 @click.pass_obj
-def parked_list(context: CommandContext, name: str, limit: int) -> None:
-    """Show parked messages with their last error."""
+def parked_list(context: CommandContext, name: str, limit: int, as_json: bool) -> None:
+    """Show parked messages with their attempts and last error."""
+    with context.connect() as conn:
+        rows = administration.list_parked(conn, name, limit)
+    if as_json:
+        print_json([parked_document(row) for row in rows])
+        return
     columns = ("position", "transaction", "type", "message id", "attempts", "error", "parked")
     listing = table(columns)
-    with context.connect() as conn:
-        for row in administration.list_parked(conn, name, limit):
-            listing.add_row(*(cell(value) for value in row))
+    for row in rows:
+        listing.add_row(*(cell(value) for value in row))
     console().print(listing)
+
+
+@parked.command("show")
+@click.argument("name")
+@click.argument("position")
+@json_option
+@click.pass_obj
+def parked_show(context: CommandContext, name: str, position: str, as_json: bool) -> None:
+    """The whole parked message at POSITION (POS or TX:POS) with its attempts and error."""
+    with context.connect() as conn:
+        found = administration.parked_message(conn, name, position)
+    document = parked_message_document(name, found)
+    if as_json:
+        print_json(document)
+        return
+    shown = table(("field", "value"), show_header=False)
+    for field in ("at", "publication", "message_id", "message_type", "partition_key"):
+        shown.add_row(cell(field.replace("_", " ")), cell(_or_dash(document[field])))
+    shown.add_row(cell("headers"), cell(json.dumps(found.message.headers, ensure_ascii=False)))
+    shown.add_row(cell("data"), cell(found.message.data_text))
+    for field in ("appended_at", "attempts", "last_error", "parked_at"):
+        value = document[field]
+        text = value.isoformat() if isinstance(value, datetime.datetime) else value
+        shown.add_row(cell(field.replace("_", " ")), cell(text))
+    console().print(shown)
+
+
+def _or_dash(value: object) -> object:
+    return "-" if value is None else value
 
 
 @parked.command("replay")

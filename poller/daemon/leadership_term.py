@@ -30,7 +30,13 @@ from poller.daemon.stall import StallWatch
 from poller.message import Message
 from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
 from poller.store.leader_store import LeaderStore
-from poller.store.records import Blocker, LeaseState, SubscriptionRecord, settings_from_stored
+from poller.store.records import (
+    Blocker,
+    LeaseState,
+    SkipRequest,
+    SubscriptionRecord,
+    settings_from_stored,
+)
 from poller.subscription import (
     Command,
     Deliver,
@@ -82,6 +88,7 @@ class LeadershipTerm:
         self._replayed_rows: dict[Position, datetime.datetime] = {}
         # Replays requested before this term began were for a previous leader; see README.
         self._replay_requests_seen = record.replay_requests
+        self._skip_applied: SkipRequest | None = None  # see _skip_if_requested
         # Settings other than the consumer count changed: end this term gracefully and let
         # the worker start a new one with a machine built for the new settings.
         self.restart_requested = False
@@ -103,7 +110,13 @@ class LeadershipTerm:
 
     async def run(self) -> None:
         name = self._record.subscription_id
-        log.info("leading %s from %s (epoch %s)", name, self._record.checkpoint, self._record.epoch)
+        log.info(
+            "leading %s from %s (epoch %s)",
+            name,
+            self._record.checkpoint,
+            self._record.epoch,
+            extra={"position": str(self._record.checkpoint), "epoch": self._record.epoch},
+        )
         reader = asyncio.create_task(self._read_loop(), name=f"{name}:reader")
         ticker = asyncio.create_task(self._tick_loop(), name=f"{name}:ticker")
         writer = asyncio.create_task(self._write_loop(), name=f"{name}:writer")
@@ -134,6 +147,7 @@ class LeadershipTerm:
     # Reading ------------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
+        await self._renew()  # so a pending `outbox skip` applies before the first read
         publication = self._record.publication
         while True:
             want = min(self.machine.read_wanted(), self._settings.read_batch_size)
@@ -298,6 +312,7 @@ class LeadershipTerm:
             message,
             attempts,
             storable_text(command.reason),
+            extra={"position": str(message.at), "message_id": message.message_id},
         )
         self._carry_out(self.machine.parked(message.at, command.epoch, time.monotonic()))
 
@@ -367,11 +382,17 @@ class LeadershipTerm:
         self._fence.renewed(sent_at)
         now = time.monotonic()
         if state.epoch > self.machine.epoch:
-            log.info("subscription %s: seek to %s", self._record.subscription_id, state.checkpoint)
+            log.info(
+                "subscription %s: seek to %s",
+                self._record.subscription_id,
+                state.checkpoint,
+                extra={"position": str(state.checkpoint), "epoch": state.epoch},
+            )
             self._carry_out(self.machine.seek(state.checkpoint, state.epoch, now))
         if state.settings != self._stored_settings:
             self._apply_settings(state.settings, now)
         await self._replay_if_requested(state)
+        await self._skip_if_requested(state)
 
     def _apply_settings(self, stored: dict[str, Any], now: float) -> None:
         changed = settings_from_stored(stored)
@@ -400,6 +421,27 @@ class LeadershipTerm:
             "subscription %s: replay of %d parked", self._record.subscription_id, len(messages)
         )
         self._carry_out(self.machine.replay(envelopes, time.monotonic()))
+
+    # Operator skips (`outbox skip`) -------------------------------------------------------
+
+    async def _skip_if_requested(self, state: LeaseState) -> None:
+        """Apply a skip request of this epoch (once per term), and clear it once the stored
+        checkpoint has reached it or a seek voided it. Until then it stays stored, so a
+        leader that crashes first leaves it to the next one (which applies it again)."""
+        request = state.skip_request
+        if request is None:
+            return
+        if request.epoch == self.machine.epoch and request != self._skip_applied:
+            self._skip_applied = request
+            log.info(
+                "subscription %s: skip to %s",
+                self._record.subscription_id,
+                request.to,
+                extra={"position": str(request.to)},
+            )
+            self._carry_out(self.machine.admin_skip_to(request.to, time.monotonic()))
+        if request.epoch < state.epoch or state.checkpoint >= request.to:
+            await self._store.settle_skip_request(request)
 
     # Stopping -----------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_ji
 
 from poller.daemon.handlers import HandlerCaller
 from poller.daemon.leadership_term import LeadershipLost, LeadershipTerm
+from poller.daemon.log_context import LEADER_TOKEN, SUBSCRIPTION
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.self_fence import SelfFence
@@ -65,13 +66,16 @@ class SubscriptionWorker:
         self.abandoned: list[Message] = []
 
     async def run(self, stop: asyncio.Event) -> None:
+        SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
         while not stop.is_set():
+            LEADER_TOKEN.set(None)
             try:
                 conn = await self._connect()
                 async with conn:
                     fence = await self._become_leader(conn, stop)
                     if fence is None:
                         return
+                    LEADER_TOKEN.set(self._lease.token)
                     record = await self._load(conn)
                     async with await self._connect() as read_conn:
                         session = LeadershipTerm(

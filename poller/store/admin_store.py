@@ -1,5 +1,6 @@
 """Every statement an operator's command runs, one short transaction each (sync psycopg)."""
 
+import datetime
 import json
 from typing import Any
 
@@ -7,7 +8,7 @@ import psycopg
 
 from outbox.positions import Position
 from outbox.queries import QUERIES
-from poller.store.records import SubscriptionRecord
+from poller.store.records import SkipRequest, SubscriptionRecord
 
 
 class AdminStore:
@@ -99,3 +100,34 @@ class AdminStore:
         return self._conn.execute(
             QUERIES["delete_publication_messages"], {"publication": publication}
         ).rowcount
+
+    def request_skip(self, name: str, to: Position) -> int | None:
+        """The epoch the request was stored in; None when `to` is not past the stored
+        checkpoint, a request of this epoch already goes further, or there is no such row."""
+        row = self._conn.execute(
+            QUERIES["request_skip"], {"subscription": name, **to.query_parameters()}
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def skip_request(self, name: str) -> SkipRequest | None:
+        row = self._conn.execute(QUERIES["get_skip_request"], {"subscription": name}).fetchone()
+        return None if row is None else SkipRequest.from_columns(*row)
+
+    def parked_message(self, name: str, position: int) -> tuple[Any, ...] | None:
+        """The message's columns (message_from_row's), then attempts, last error, parked at."""
+        return self._conn.execute(
+            QUERIES["get_parked_message"], {"subscription": name, "position": position}
+        ).fetchone()
+
+    def first_message_appended_since(
+        self, publication: str, since: datetime.datetime
+    ) -> tuple[Position | None, datetime.datetime]:
+        """The first message appended at or after `since`, in delivery order, and the
+        database's clock."""
+        row = self._conn.execute(
+            QUERIES["first_message_appended_since"], {"publication": publication, "since": since}
+        ).fetchone()
+        assert row is not None  # one row always: a LEFT JOIN LATERAL on a one-row FROM
+        transaction_id, position, now = row
+        at = None if transaction_id is None else Position(transaction_id, position)
+        return at, now

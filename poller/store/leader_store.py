@@ -16,7 +16,7 @@ from outbox.queries import QUERIES
 from outbox.storable_text import storable_text
 from poller.message import Message
 from poller.store.message_reads import message_from_row, read_batch_async
-from poller.store.records import Lease, LeaseState, SubscriptionRecord
+from poller.store.records import Lease, LeaseState, SkipRequest, SubscriptionRecord
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -141,5 +141,18 @@ class LeaderStore:
         cursor = await self._conn.execute(
             QUERIES["write_runtime"],
             {**self.lease.query_parameters(), "runtime": json.dumps(runtime)},
+        )
+        return await cursor.fetchone() is not None
+
+    async def settle_skip_request(self, request: SkipRequest) -> bool:
+        """Clear `request` if the stored checkpoint has reached it or a seek voided it; False
+        when it stays (not reached yet, replaced by a newer one) or this leader is fenced out."""
+        cursor = await self._conn.execute(
+            QUERIES["settle_skip_request"],
+            {
+                **self.lease.query_parameters(),
+                **request.to.query_parameters(),
+                "epoch": request.epoch,
+            },
         )
         return await cursor.fetchone() is not None

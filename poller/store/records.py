@@ -44,6 +44,21 @@ class SubscriptionRecord:
         return None if kind is None else str(kind)
 
 
+class SkipRequest(NamedTuple):
+    """`outbox skip`: finish every message up to `to`, asked in `epoch` (a seek voids it)."""
+
+    to: Position
+    epoch: int
+
+    @classmethod
+    def from_columns(
+        cls, transaction_id: int | None, position: int | None, epoch: int | None
+    ) -> "SkipRequest | None":
+        if transaction_id is None or position is None or epoch is None:
+            return None
+        return cls(Position(transaction_id, position), epoch)
+
+
 @dataclass(frozen=True)
 class LeaseState:
     """What a renewal returns: the subscription as stored now."""
@@ -52,11 +67,18 @@ class LeaseState:
     checkpoint: Position
     settings: dict[str, Any]
     replay_requests: int
+    skip_request: SkipRequest | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> "LeaseState":
-        epoch, transaction_id, position, settings, replay_requests = row
-        return cls(epoch, Position(transaction_id, position), settings, replay_requests)
+        epoch, transaction_id, position, settings, replay_requests, *skip = row
+        return cls(
+            epoch,
+            Position(transaction_id, position),
+            settings,
+            replay_requests,
+            SkipRequest.from_columns(*skip),
+        )
 
 
 def new_holder_id() -> str:

@@ -55,6 +55,11 @@ Semantics chosen:
 - strict order: with one consumer and max_in_flight 1 (the live count; not pinned), the
   stream goes in Position order: a message in flight, backing off or parking holds back
   every later one until it is finished.
+- admin_skip_to(to): every unfinished stream message at or before `to` is finished
+  without (another) delivery, as admin_skip does one; unread ones are never delivered
+  (reading resumes after `to`). The epoch stays, so messages after `to` are untouched (a
+  forward seek would drop and re-deliver them). A skipped delivery in flight keeps its
+  consumer and key until it ends (Pulsar #25627).
 - replay: a position whose replay is unfinished (queued, in flight, backing off or parking)
   is not queued again, so the daemon needs no set of its own.
 - replay: parked messages are delivered before the stream, never touch the checkpoint, and

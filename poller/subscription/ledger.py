@@ -76,6 +76,13 @@ class Ledger(Generic[T]):
         for _previous, item in self._unfinished.values():
             yield item
 
+    def skip_read_to(self, to: Position) -> None:
+        """An admin skip past the last read: reading resumes after `to`, and the checkpoint
+        with it. The caller has finished every message at or below `to` (so all of them)."""
+        if to > self._last_read:
+            assert not self._unfinished, "skip_read_to past unfinished messages"
+            self._last_read = to
+
     def reset(self, to: Position) -> None:
         """Forget everything; reading resumes after `to` (a seek)."""
         self._unfinished.clear()

@@ -1,6 +1,7 @@
 """The subscription state machine: events in, commands out. No I/O, no clock, no threads."""
 
 import collections
+import itertools
 from collections.abc import Sequence
 
 from outbox.positions import START, Position
@@ -77,6 +78,9 @@ class SubscriptionMachine:
         """Pinned keys changed by this event, re-examined before dispatching."""
         self._dirty: set[int] = set()
         """Pinned consumers that gained room or a ready key during this event."""
+        self._skipped_to = START
+        """The furthest admin_skip_to of this epoch: a read begun before it may return rows
+        at or before it, which are dropped."""
 
     # Views -------------------------------------------------------------------------------
 
@@ -132,12 +136,15 @@ class SubscriptionMachine:
     # Events ------------------------------------------------------------------------------
 
     def messages_read(self, envelopes: Sequence[Envelope], epoch: int, now: float) -> list[Command]:
-        """Messages from one keyset read, ascending and after next_read_position."""
+        """Messages from one keyset read, ascending and after next_read_position. Rows at or
+        before an `admin_skip_to` target are dropped: the read began before the skip."""
         if epoch != self._epoch:
             if epoch > self._epoch:
                 raise ValueError(f"read epoch {epoch} is ahead of the current epoch {self._epoch}")
             # PIP-84: a read that began before a seek must not deliver anything after it.
             return []
+        if envelopes and not envelopes[0].position > self._skipped_to:
+            envelopes = [e for e in envelopes if e.position > self._skipped_to]
         self._ledger.validate_batch([envelope.position for envelope in envelopes])
         out = self._begin(now)
         for envelope in envelopes:
@@ -265,6 +272,7 @@ class SubscriptionMachine:
         for message in self._ledger.items():
             message.state = MessageState.DROPPED
         self._ledger.reset(to)
+        self._skipped_to = START
         self._epoch = new_epoch
         self._stream_in_flight = 0
         self._due_retries.clear()
@@ -324,11 +332,26 @@ class SubscriptionMachine:
         out = self._begin(now)
         message = self._ledger.get(position)
         if message is not None:
-            if message.state is _IN_FLIGHT:
-                self._stream_in_flight -= 1
-            message.state = MessageState.DONE
-            self._finish_stream(message)
-            self._touch(message)
+            self._skip(message)
+        return self._settle(out)
+
+    def admin_skip_to(self, to: Position, now: float) -> list[Command]:
+        """`admin_skip` every unfinished stream message at or before `to`, and never deliver
+        one at or before `to` that is not read yet: reading resumes after `to` if it had not
+        got there (a read already under way is trimmed by `messages_read`).
+
+        Unlike a seek, the epoch stays: messages after `to` keep their state, deliveries of
+        them still count, and nothing is read twice. Deliveries of skipped messages keep their
+        consumer and key until they end (Pulsar #25627). Idempotent, like `admin_skip`.
+        """
+        out = self._begin(now)
+        skipped = itertools.takewhile(
+            lambda message: not message.envelope.position > to, self._ledger.items()
+        )
+        for message in list(skipped):
+            self._skip(message)
+        self._ledger.skip_read_to(to)
+        self._skipped_to = max(self._skipped_to, to)
         return self._settle(out)
 
     def checkpoint_written(self, position: Position, epoch: int, now: float) -> list[Command]:
@@ -544,6 +567,15 @@ class SubscriptionMachine:
             self._due_retries.appendleft(message)
         else:
             self._due_retries.append(message)
+
+    def _skip(self, message: TrackedMessage) -> None:
+        """An admin skip: finished, and a delivery in flight no longer counts (its own end
+        frees its consumer and key)."""
+        if message.state is _IN_FLIGHT:
+            self._stream_in_flight -= 1
+        message.state = MessageState.DONE
+        self._finish_stream(message)
+        self._touch(message)
 
     def _finish_stream(self, message: TrackedMessage) -> None:
         self._ledger.finish(message.envelope.position)

@@ -57,7 +57,7 @@ def test_kurrentdb_5497_pinned_skip_keeps_checkpoint_below_skipped_message() -> 
     assert machine.acked(skipped.delivery_id, 3.0) == [WriteCheckpoint(at(2), 0)]
 
 
-@pytest.mark.parametrize("move", ["checkpoint_written", "seek", "admin_skip"])
+@pytest.mark.parametrize("move", ["checkpoint_written", "seek", "admin_skip", "admin_skip_to"])
 def test_pulsar_25627_checkpoint_move_does_not_release_draining_key(move: str) -> None:
     """Pulsar #25627: moving the mark-delete position (a checkpoint move, a seek, an admin
     skip) dropped pending acks and released draining keys, so a key's next message went to
@@ -82,9 +82,12 @@ def test_pulsar_25627_checkpoint_move_does_not_release_draining_key(move: str) -
     elif move == "seek":
         commands = machine.seek(START, 1, 2.0)
         commands += machine.messages_read([message(2, key), message(3, key)], 1, 2.0)
-    else:
+    elif move == "admin_skip":
         commands = machine.admin_skip(at(2), 2.0)
         assert machine.checkpoint == START  # at(1) is still in flight
+    else:
+        commands = machine.admin_skip_to(at(2), 2.0)
+        assert machine.checkpoint == at(2)  # at(1) and at(2) skipped, their deliveries run on
     assert delivered(commands) == []  # the key is still draining on its old owner
     assert machine.draining_keys == frozenset({key})
 

@@ -1,0 +1,103 @@
+"""`--json`: what scripts read instead of the tables people read.
+
+Each command prints one JSON document on stdout (a list for listings, an object for one
+item). The field names are made here, in one place, and documented in the README; a
+position is both `TX:POS` (what `seek --to` takes) and its two numbers; times are RFC 3339
+with their offset, durations are seconds. A name or an error is printed as stored, in JSON's
+own escapes.
+"""
+
+import datetime
+import json
+from typing import Any
+
+import click
+
+from outbox.positions import Position
+from poller.administration import ParkedMessage, ParkedRow, SubscriptionStatus
+from poller.store.records import SkipRequest, SubscriptionRecord
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")
+
+
+def print_json(document: Any) -> None:
+    # The standard library rather than orjson: message data may hold integers beyond 64 bits,
+    # which orjson refuses, and a listing of at most 10,000 rows needs no faster encoder.
+    # ensure_ascii: every character outside ASCII, control or not, comes out as \uXXXX, so
+    # the output cannot drive a terminal it lands on either.
+    click.echo(json.dumps(document, indent=2, ensure_ascii=True, default=_time_text))
+
+
+def _time_text(value: object) -> str:
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def position_fields(prefix: str, position: Position) -> dict[str, Any]:
+    return {
+        prefix: str(position),
+        f"{prefix}_transaction_id": position.transaction_id,
+        f"{prefix}_position": position.position,
+    }
+
+
+def status_document(row: SubscriptionStatus) -> dict[str, Any]:
+    return {
+        "subscription": row.subscription,
+        "publication": row.publication,
+        **position_fields("checkpoint", row.checkpoint),
+        "messages_behind": row.messages_behind,
+        "oldest_undelivered_age_seconds": row.oldest_undelivered_age,
+        "leader_alive": row.leader_alive,
+        "leader_host": row.leader_host,
+        "leader_pid": row.leader_pid,
+        "leader_since": row.leader_since,
+        "hidden_messages": row.hidden,
+        "blockers": [blocker._asdict() for blocker in row.blockers],
+    }
+
+
+def subscription_document(
+    record: SubscriptionRecord, skip: SkipRequest | None = None, *, detailed: bool = False
+) -> dict[str, Any]:
+    """`subscription list` prints the stored settings; `show` adds every setting in effect
+    (defaults included), the replay request count and a pending skip."""
+    document: dict[str, Any] = {
+        "subscription": record.subscription_id,
+        "publication": record.publication,
+        **position_fields("checkpoint", record.checkpoint),
+        "epoch": record.epoch,
+        "settings": record.stored_settings,
+    }
+    if detailed:
+        document["effective_settings"] = (
+            None if record.kind is not None else record.settings.to_mapping()
+        )
+        document["replay_requests"] = record.replay_requests
+        document["skip_requested_to"] = None if skip is None else str(skip.to)
+    return document
+
+
+def parked_document(row: ParkedRow) -> dict[str, Any]:
+    return {**row._asdict(), "at": str(Position(row.transaction_id, row.position))}
+
+
+def parked_message_document(subscription: str, parked: ParkedMessage) -> dict[str, Any]:
+    message = parked.message
+    return {
+        "subscription": subscription,
+        "at": str(message.at),
+        "position": message.position,
+        "transaction_id": message.transaction_id,
+        "publication": message.publication,
+        "message_id": message.message_id,
+        "message_type": message.message_type,
+        "partition_key": message.partition_key,
+        "headers": message.headers,
+        "data": message.data,
+        "appended_at": message.appended_at,
+        "attempts": parked.attempts,
+        "last_error": parked.last_error,
+        "parked_at": parked.parked_at,
+    }
