@@ -295,3 +295,18 @@ WHERE m.publication_id = %(publication)s AND m.position = %(position)s
 -- delete_publication_messages --
 -- Deletes every message of a publication (the demo cleans up after itself with it).
 DELETE FROM outbox.messages WHERE publication_id = %(publication)s
+
+-- metrics_subscription_figures --
+-- What a daemon's metrics show of its subscriptions, from the status view: the stored checkpoint, messages and seconds behind it, parked messages and the oldest one's age (0 when none).
+SELECT subscription_id, checkpoint_transaction_id::text::bigint, checkpoint_position,
+       messages_behind, coalesce(extract(epoch FROM oldest_undelivered_age), 0)::float8,
+       parked_messages, coalesce(extract(epoch FROM oldest_parked_age), 0)::float8
+FROM outbox.subscription_status
+WHERE subscription_id = ANY(%(subscriptions)s)
+
+-- safe_frontier_holder_age --
+-- Seconds the transaction with the oldest running xid (the one that holds back the safe frontier) has been open; no row when none, a null age when its session is hidden (pg_read_all_stats).
+SELECT extract(epoch FROM transaction_age)::float8
+FROM outbox.blocking_transactions
+ORDER BY transaction_id
+LIMIT 1

@@ -39,7 +39,7 @@ def daemon_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for field in reversed(command_line_fields()):
         flag = "--" + field.name.replace("_", "-")
         help_text = f"{field.metadata['help']} [default: {field.default}]"
-        kind = int if field.type in (int, "int") else float
+        kind = float if field.type in (float, "float") else int  # int, or a port (int | None)
         command = click.option(flag, field.name, type=kind, default=None, help=help_text)(command)
     return command
 
