@@ -2,6 +2,7 @@
 Prometheus's own text parser; /healthz and /readyz through a lost and regained database."""
 
 import dataclasses
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from poller.daemon.options import DaemonOptions
 from poller.message import Message
 from tests.integration.test_daemon import append, subscribe
 from tests.support.daemons import wait_until
-from tests.support.databases import database_name
+from tests.support.databases import PROJECT_ROOT, database_name
 from tests.support.inprocess import FAST
 from tests.support.metrics_scrape import Series, free_port, get, scrape, value
 
@@ -100,6 +101,22 @@ def test_counters_and_gauges_move_as_messages_are_delivered_failed_and_parked(
     # The held call took over 0.3 s, the four others far less.
     assert value(done, f"{durations}_bucket", outcome="delivered", le="0.25", **sub) == 4
     assert value(done, f"{durations}_bucket", outcome="delivered", le="0.5", **sub) == 5
+
+
+def test_every_metric_the_daemon_serves_is_in_the_readme(database_url: str) -> None:
+    subscribe(database_url)
+    options = with_port()
+    assert options.metrics_port is not None
+    with DaemonThread(database_url, ["sub"], lambda _: None, options):
+        series = scraped_when(
+            options.metrics_port,
+            lambda s: value(s, "outbox_leader", subscription="sub") == 1,
+            "the daemon to lead",
+        )
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    names = {re.sub(r"_(bucket|count|sum|created)$", "", name) for name, _ in series}
+    assert len(names) >= 17
+    assert not {name for name in names if f"`{name}" not in readme}
 
 
 def test_a_handler_past_its_timeout_counts_as_failed_and_its_retry_as_retried(
