@@ -1,20 +1,37 @@
-"""The gauges, computed when Prometheus scrapes: nothing on the delivery path keeps them.
+"""Every family the daemon serves, made when Prometheus scrapes.
 
-Two sources: the running leadership terms' views (read on the event loop, where the state
-machines live) and one short database visit (the status view, and the transaction that holds
-back the safe frontier). Either may be unavailable (a busy loop, a database that is down); a
-scrape then lacks those families and says so in `outbox_database_up`, and still answers.
+The counters and the handler histogram come from the subscriptions' tallies. Nothing on the
+delivery path keeps the gauges; two sources give them: the running leadership terms' views
+(read on the event loop, where the state machines live) and one short database visit (the
+status view, and the transaction that holds back the safe frontier). Either may be
+unavailable (a busy loop, a database that is down); a scrape then lacks those families and
+says so in `outbox_database_up`, and still answers.
 """
 
+import itertools
 import logging
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from poller.daemon.metrics import LOOP_ANSWER_TIMEOUT, DaemonMetrics
+from poller.daemon.metrics import (
+    DELIVERED,
+    FAILED,
+    HANDLER_BUCKETS,
+    LOOP_ANSWER_TIMEOUT,
+    OUTCOMES,
+    SKIPPED,
+    TIMED_OUT,
+    DaemonMetrics,
+)
 from poller.store.metrics_store import safe_frontier_holder_age, subscription_figures
 
 log = logging.getLogger(__name__)
@@ -29,9 +46,41 @@ class StateCollector(Collector):
         self._metrics = metrics
         self._database_url = database_url
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
+        yield from self._handler_figures()
         yield from self._term_figures()
         yield from self._database_figures()
+
+    def _handler_figures(self) -> Iterator[Metric]:
+        counters = {
+            (DELIVERED,): counter("delivered", "Handler calls that returned."),
+            (FAILED, TIMED_OUT): counter(
+                "failed", "Handler calls that raised an error or ran past message_timeout."
+            ),
+            (SKIPPED,): counter("skipped", "Handler calls that raised SkipMessage."),
+        }
+        retried = counter("retried", "Handler calls of a second or later attempt, at start.")
+        parked = counter("parked", "Messages parked (their parked row committed).")
+        durations = HistogramMetricFamily(
+            "outbox_handler_duration_seconds",
+            "Time in the handler, by how the call ended (outcome label).",
+            labels=["subscription", "outcome"],
+        )
+        bounds = [*map(str, HANDLER_BUCKETS), "+Inf"]
+        for name, subscription in self._metrics.subscriptions.items():
+            tally = subscription.tally.snapshot()
+            for outcomes, family in counters.items():
+                family.add_metric([name], tally.calls(*outcomes))
+            retried.add_metric([name], tally.retried)
+            parked.add_metric([name], tally.parked)
+            for outcome in OUTCOMES:
+                cumulative = itertools.accumulate(tally.buckets[outcome])
+                durations.add_metric(
+                    [name, outcome],
+                    list(zip(bounds, cumulative, strict=True)),
+                    tally.sums[outcome],
+                )
+        yield from (*counters.values(), retried, parked, durations)
 
     def _term_figures(self) -> Iterator[GaugeMetricFamily]:
         try:
@@ -118,6 +167,10 @@ class StateCollector(Collector):
         if age is not None:  # else its session is hidden from this role: no sample, not a 0
             holder.add_metric([], age)
         yield holder
+
+
+def counter(what: str, help_text: str) -> CounterMetricFamily:
+    return CounterMetricFamily(f"outbox_messages_{what}", help_text, labels=["subscription"])
 
 
 def gauge(name: str, help_text: str, labels: list[str] | None = None) -> GaugeMetricFamily:

@@ -39,7 +39,10 @@ async def run_daemon(
     # A caller (and thread pool) per subscription: one subscription's slow handlers neither
     # starve another's threads nor hold back its next leadership term.
     callers = [
-        HandlerCaller(metrics[name].observed(handler), options.handler_threads)
+        HandlerCaller(
+            handler if server is None else metrics[name].observed(handler),
+            options.handler_threads,
+        )
         for name in subscriptions
     ]
     workers = [
