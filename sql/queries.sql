@@ -403,3 +403,17 @@ LEFT JOIN LATERAL (
     ORDER BY m.transaction_id, m.position
     LIMIT 1
 ) AS first ON true
+-- metrics_subscription_figures --
+-- What a daemon's metrics show of its subscriptions, from the status view: the stored checkpoint, messages and seconds behind it, parked messages and the oldest one's age (0 when none).
+SELECT subscription_id, checkpoint_transaction_id::text::bigint, checkpoint_position,
+       messages_behind, coalesce(extract(epoch FROM oldest_undelivered_age), 0)::float8,
+       parked_messages, coalesce(extract(epoch FROM oldest_parked_age), 0)::float8
+FROM outbox.subscription_status
+WHERE subscription_id = ANY(%(subscriptions)s)
+
+-- safe_frontier_holder_age --
+-- Seconds the transaction with the oldest running xid (the one that holds back the safe frontier) has been open; no row when none, a null age when its session is hidden (pg_read_all_stats).
+SELECT extract(epoch FROM transaction_age)::float8
+FROM outbox.blocking_transactions
+ORDER BY transaction_id
+LIMIT 1

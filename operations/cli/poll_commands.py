@@ -54,7 +54,7 @@ def options_of(
         for field in reversed(fields):
             flag = "--" + field.name.replace("_", "-")
             help_text = f"{field.metadata['help']} [default: {field.default}]"
-            kind = int if field.type in (int, "int") else float
+            kind = float if field.type in (float, "float") else int  # int, or a port (int | None)
             option = click.option(flag, field.name, type=kind, default=None, help=help_text)
             command = option(command)
         return command

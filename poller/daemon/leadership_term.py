@@ -22,6 +22,7 @@ from outbox.positions import Position
 from outbox.storable_text import storable_text
 from poller.daemon.consumers import Consumers
 from poller.daemon.handlers import DeliverySuperseded, HandlerCaller
+from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.poll_interval import AdaptiveInterval
@@ -66,8 +67,10 @@ class LeadershipTerm:
         options: DaemonOptions,
         notifications: NotifyListener,
         stop: asyncio.Event,
+        metrics: SubscriptionMetrics,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._fence = fence
         self._record = record
         self._caller = caller
@@ -122,12 +125,14 @@ class LeadershipTerm:
         writer = asyncio.create_task(self._write_loop(), name=f"{name}:writer")
         stopping = asyncio.create_task(self._stopped(), name=f"{name}:stop")
         loops = {reader, ticker, writer}
+        self._metrics.leading(self.machine)
         try:
             done, _ = await asyncio.wait(loops | {stopping}, return_when=asyncio.FIRST_COMPLETED)
             for task in done & loops:
                 task.result()  # a loop only ends by raising: the term is over
             await self._finish_gracefully(reader, ticker, writer)
         finally:
+            self._metrics.standing_by()
             self._over = True
             stopping.cancel()
             for task in loops:
@@ -306,6 +311,7 @@ class LeadershipTerm:
         if attempts is None:
             await self._renew()  # fenced out: raises; else a seek ended that epoch: dropped
             return
+        self._metrics.parked()
         log.warning(
             "subscription %s parked %r after %d attempts in all: %s",
             self._record.subscription_id,
@@ -380,6 +386,7 @@ class LeadershipTerm:
         if state is None:
             raise LeadershipLost(self._record.subscription_id)
         self._fence.renewed(sent_at)
+        self._metrics.database_answered()
         now = time.monotonic()
         if state.epoch > self.machine.epoch:
             log.info(

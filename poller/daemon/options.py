@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def _option(default: float, help_text: str, *, command_line: bool = True) -> Any:
+def _option(default: float | None, help_text: str, *, command_line: bool = True) -> Any:
     return dataclasses.field(
         default=default, metadata={"help": help_text, "command_line": command_line}
     )
@@ -58,11 +58,20 @@ class DaemonOptions:
     retention_stale_after: float = _option(
         3600.0, "Seconds a subscription may hold retention back before status calls it stale."
     )
+    # None: no HTTP server at all (an embedding application may serve its own metrics).
+    metrics_port: int | None = _option(
+        None, "TCP port for Prometheus /metrics and the /healthz and /readyz probes."
+    )
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if not value > 0:
+            if name != "metrics_port" and not value > 0:
                 raise ValueError(f"daemon option {name} must be > 0, got {value!r}")
+        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
+            raise ValueError(
+                f"daemon option metrics_port must be a TCP port from 1 to 65535,"
+                f" got {self.metrics_port!r}"
+            )
         if self.renew_every >= self.lease_seconds:
             raise ValueError(
                 f"renew_every={self.renew_every} must be shorter than"

@@ -6,6 +6,8 @@ import logging
 import signal
 
 from poller.daemon.handlers import Handler, HandlerCaller
+from poller.daemon.metrics import DaemonMetrics
+from poller.daemon.metrics_server import MetricsServer
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.retention import run_retention
@@ -26,6 +28,9 @@ async def run_daemon(
     still running when the shutdown timeout ran out (empty after a clean stop). Their threads
     cannot be stopped, so a command-line caller should end the process rather than wait."""
     stop = stop or asyncio.Event()
+    metrics = DaemonMetrics(subscriptions, options)
+    port = options.metrics_port  # the server starts first: a taken port fails alone
+    server = None if port is None else MetricsServer.start(metrics, database_url, port)
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -35,9 +40,15 @@ async def run_daemon(
     retention = asyncio.create_task(run_retention(database_url, options, stop), name="retention")
     # A caller (and thread pool) per subscription: one subscription's slow handlers neither
     # starve another's threads nor hold back its next leadership term.
-    callers = [HandlerCaller(handler, options.handler_threads) for _ in subscriptions]
+    callers = [
+        HandlerCaller(
+            handler if server is None else metrics[name].observed(handler),
+            options.handler_threads,
+        )
+        for name in subscriptions
+    ]
     workers = [
-        SubscriptionWorker(database_url, name, caller, options, notifications)
+        SubscriptionWorker(database_url, name, caller, options, notifications, metrics[name])
         for name, caller in zip(subscriptions, callers, strict=True)
     ]
     try:
@@ -48,6 +59,8 @@ async def run_daemon(
         await asyncio.gather(listener, retention, return_exceptions=True)
         for caller in callers:
             caller.close()
+        if server is not None:
+            server.stop()
     unfinished = {m.at: m for worker in workers for m in worker.abandoned}
     unfinished |= {m.at: m for caller in callers for m in caller.running()}
     log.info("poller stopped")

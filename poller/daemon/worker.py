@@ -19,6 +19,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_ji
 from poller.daemon.handlers import HandlerCaller
 from poller.daemon.leadership_term import LeadershipLost, LeadershipTerm
 from poller.daemon.log_context import LEADER_TOKEN, SUBSCRIPTION
+from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.self_fence import SelfFence
@@ -54,8 +55,10 @@ class SubscriptionWorker:
         caller: HandlerCaller,
         options: DaemonOptions,
         notifications: NotifyListener,
+        metrics: SubscriptionMetrics,
     ) -> None:
         self._url = database_url
+        self._metrics = metrics
         self._subscription_id = subscription_id
         self._caller = caller
         self._options = options
@@ -86,6 +89,7 @@ class SubscriptionWorker:
                             self._options,
                             self._notifications,
                             stop,
+                            self._metrics,
                         )
                         await session.run()
                     self._failures = 0
@@ -145,6 +149,7 @@ class SubscriptionWorker:
         while not stop.is_set():
             sent_at = time.monotonic()
             previous_lease_left = await try_acquire(conn, self._lease)
+            self._metrics.database_answered()
             if previous_lease_left is not None:
                 if previous_lease_left:
                     log.info(

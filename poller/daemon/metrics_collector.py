@@ -1,0 +1,177 @@
+"""Every family the daemon serves, made when Prometheus scrapes.
+
+The counters and the handler histogram come from the subscriptions' tallies. Nothing on the
+delivery path keeps the gauges; two sources give them: the running leadership terms' views
+(read on the event loop, where the state machines live) and one short database visit (the
+status view, and the transaction that holds back the safe frontier). Either may be
+unavailable (a busy loop, a database that is down); a scrape then lacks those families and
+says so in `outbox_database_up`, and still answers.
+"""
+
+import itertools
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from poller.daemon.metrics import (
+    DELIVERED,
+    FAILED,
+    HANDLER_BUCKETS,
+    LOOP_ANSWER_TIMEOUT,
+    OUTCOMES,
+    SKIPPED,
+    TIMED_OUT,
+    DaemonMetrics,
+)
+from poller.store.metrics_store import safe_frontier_holder_age, subscription_figures
+
+log = logging.getLogger(__name__)
+
+# libpq's smallest connect timeout: a scrape must not hang on a database that is gone.
+CONNECT_TIMEOUT_SECONDS = 2
+APPLICATION_NAME = "outbox-poller-metrics"
+
+
+class StateCollector(Collector):
+    def __init__(self, metrics: DaemonMetrics, database_url: str) -> None:
+        self._metrics = metrics
+        self._database_url = database_url
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._handler_figures()
+        yield from self._term_figures()
+        yield from self._database_figures()
+
+    def _handler_figures(self) -> Iterator[Metric]:
+        counters = {
+            (DELIVERED,): counter("delivered", "Handler calls that returned."),
+            (FAILED, TIMED_OUT): counter(
+                "failed", "Handler calls that raised an error or ran past message_timeout."
+            ),
+            (SKIPPED,): counter("skipped", "Handler calls that raised SkipMessage."),
+        }
+        retried = counter("retried", "Handler calls of a second or later attempt, at start.")
+        parked = counter("parked", "Messages parked (their parked row committed).")
+        durations = HistogramMetricFamily(
+            "outbox_handler_duration_seconds",
+            "Time in the handler, by how the call ended (outcome label).",
+            labels=["subscription", "outcome"],
+        )
+        bounds = [*map(str, HANDLER_BUCKETS), "+Inf"]
+        for name, subscription in self._metrics.subscriptions.items():
+            tally = subscription.tally.snapshot()
+            for outcomes, family in counters.items():
+                family.add_metric([name], tally.calls(*outcomes))
+            retried.add_metric([name], tally.retried)
+            parked.add_metric([name], tally.parked)
+            for outcome in OUTCOMES:
+                cumulative = itertools.accumulate(tally.buckets[outcome])
+                durations.add_metric(
+                    [name, outcome],
+                    list(zip(bounds, cumulative, strict=True)),
+                    tally.sums[outcome],
+                )
+        yield from (*counters.values(), retried, parked, durations)
+
+    def _term_figures(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            figures = self._metrics.on_loop(self._read_views, LOOP_ANSWER_TIMEOUT)
+        except (TimeoutError, RuntimeError):  # a stuck or closed loop: /healthz says which
+            log.warning("metrics: the event loop did not answer; no leadership figures")
+            return
+        families = {
+            "leader": gauge("outbox_leader", "1 while this process leads the subscription."),
+            "in_flight": gauge("outbox_in_flight_messages", "Messages in a handler now."),
+            "buffered": gauge(
+                "outbox_buffered_messages",
+                "Read and unfinished, not in a handler: queued, backing off or being parked.",
+            ),
+            "retry_queue": gauge(
+                "outbox_retry_queue_messages", "Messages backing off before their next attempt."
+            ),
+        }
+        for subscription, values in figures.items():
+            for name, value in values.items():
+                families[name].add_metric([subscription], value)
+        yield from families.values()
+
+    def _read_views(self) -> dict[str, dict[str, float]]:
+        """On the loop. A standby holds nothing, so its figures are 0."""
+        figures = {}
+        for name, subscription in self._metrics.subscriptions.items():
+            view = subscription.view
+            figures[name] = {
+                "leader": float(view is not None),
+                "in_flight": 0.0 if view is None else sum(view.in_flight_by_consumer.values()),
+                "buffered": 0.0 if view is None else view.buffered_count,
+                "retry_queue": 0.0 if view is None else view.retry_queue_length,
+            }
+        return figures
+
+    def _database_figures(self) -> Iterator[GaugeMetricFamily]:
+        up = gauge("outbox_database_up", "1 if this scrape's database queries answered.", [])
+        try:
+            with psycopg.connect(
+                self._database_url,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                application_name=APPLICATION_NAME,
+            ) as conn:
+                families = list(self._stored_figures(conn))
+        except psycopg.Error as error:
+            log.warning("metrics: cannot read the subscriptions' figures: %s", error)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    def _stored_figures(self, conn: psycopg.Connection[Any]) -> Iterator[GaugeMetricFamily]:
+        transaction = gauge(
+            "outbox_checkpoint_transaction_id", "Stored checkpoint: its transaction id."
+        )
+        position = gauge("outbox_checkpoint_position", "Stored checkpoint: its position.")
+        lag_messages = gauge("outbox_lag_messages", "Messages after the stored checkpoint.")
+        lag_seconds = gauge(
+            "outbox_lag_seconds", "Age of the oldest message after the stored checkpoint."
+        )
+        parked = gauge("outbox_parked_messages", "Parked messages now.")
+        parked_age = gauge(
+            "outbox_oldest_parked_age_seconds", "Age of the oldest parked message (0: none)."
+        )
+        for row in subscription_figures(conn, list(self._metrics.subscriptions)):
+            labels = [row.subscription]
+            transaction.add_metric(labels, row.checkpoint.transaction_id)
+            position.add_metric(labels, row.checkpoint.position)
+            lag_messages.add_metric(labels, row.messages_behind)
+            lag_seconds.add_metric(labels, row.oldest_undelivered_age)
+            parked.add_metric(labels, row.parked_messages)
+            parked_age.add_metric(labels, row.oldest_parked_age)
+        yield from (transaction, position, lag_messages, lag_seconds, parked, parked_age)
+        holder = gauge(
+            "outbox_safe_frontier_holder_age_seconds",
+            "Age of the open transaction that holds back the safe frontier (0: none).",
+            [],
+        )
+        age = safe_frontier_holder_age(conn)
+        if age is not None:  # else its session is hidden from this role: no sample, not a 0
+            holder.add_metric([], age)
+        yield holder
+
+
+def counter(what: str, help_text: str) -> CounterMetricFamily:
+    return CounterMetricFamily(f"outbox_messages_{what}", help_text, labels=["subscription"])
+
+
+def gauge(name: str, help_text: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, labels=["subscription"] if labels is None else labels)
