@@ -169,20 +169,31 @@ class StandaloneCluster:
                 raise TimeoutError(f"{count} workers did not register in {timeout} s")
             time.sleep(0.5)
 
-    def kill_worker(self, name: str) -> None:
-        """SIGKILL the worker, its executors and their Python workers: a host that dies."""
+    def kill_worker(self, name: str, *also: int) -> None:
+        """SIGKILL the worker, its executors and `also` (their Python workers, which PySpark's
+        daemon moves to groups of their own): a host that dies."""
         process = self.workers.pop(name)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+        for pid in also:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         process.wait()
 
     def worker_running(self, pid: int) -> str:
-        """The worker whose process group holds `pid` (an executor's Python worker, say)."""
-        group = os.getpgid(pid)
-        for name, process in self.workers.items():
-            if process.pid == group:
-                return name
-        raise LookupError(f"process {pid} belongs to no worker of this cluster")
+        """The worker that `pid` descends from (an executor's Python worker, say).
+
+        Found through the parent chain: PySpark's daemon puts its workers in groups of their own.
+        """
+        by_pid = {process.pid: name for name, process in self.workers.items()}
+        ancestor = pid
+        while ancestor > 1:
+            if ancestor in by_pid:
+                return by_pid[ancestor]
+            # /proc/PID/stat: "pid (command) state ppid ..."; the command may hold spaces.
+            stat = Path(f"/proc/{ancestor}/stat").read_text()
+            ancestor = int(stat.rsplit(")", 1)[1].split()[1])
+        raise LookupError(f"process {pid} descends from no worker of this cluster")
 
     def submit(
         self,

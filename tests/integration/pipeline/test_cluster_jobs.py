@@ -149,7 +149,7 @@ def test_executors_get_a_url_with_a_password_that_shows_up_nowhere(
         [
             *("--publication", "orders", "--checkpoint", str(tmp_path / "checkpoint")),
             *("--sink-prefix", prefix, "--available-now", "--report", str(report)),
-            *("--option", "numPartitions=2", "--option", "maxRowsPerBatch=20", *source_options),
+            *("--option", "numPartitions=2", "--option", "maxRowsPerBatch=100", *source_options),
         ],
         config=config,
         environment=environment,
