@@ -1,9 +1,12 @@
 """Spark reading a publication: the outbox source against Spark's own JDBC batch read.
 
-Both read the same columns of the same rows into Spark's noop sink on local[2], best of a few
-runs after a warm-up. The source runs as a streaming query with Trigger.AvailableNow (its
-batch-end and split-point queries included); JDBC is a batch read split on `position`, with
-a fetch size so the driver streams instead of buffering each partition. The JDBC row needs
+Both read the same columns of the same rows into Spark's noop sink, best of a few runs after a
+warm-up: on local[2], then (full runs only) on a standalone cluster of a master and two
+one-core workers started on this machine, the executors separate JVMs. The source runs as a
+streaming query with Trigger.AvailableNow (its batch-end and split-point queries included);
+JDBC is a batch read split on `position`, with a fetch size so the driver streams instead of
+buffering each partition. Row (e) reads every row with ADBC in one process without Spark: the
+server's COPY and the Arrow build, which bound what the source can reach. The JDBC row needs
 Debian's libpostgresql-jdbc-java (/usr/share/java/postgresql.jar) and a TCP server; it is
 skipped otherwise, and nothing is downloaded.
 """
@@ -21,11 +24,12 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from bench.common import Measurement
+from outbox.positions import START, Position
 
 if TYPE_CHECKING:  # pyspark is imported only when this benchmark runs
     from pyspark.sql import SparkSession
 
-TITLE = "Spark: reading a publication into a noop sink (local[2])"
+TITLE = "Spark: reading a publication into a noop sink (local[2], standalone cluster)"
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 PUBLICATION = "spark-bench"
 # The source takes the URL (with its password) from the environment of each executor.
@@ -62,9 +66,93 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
     }
     if skip_reason is None:
         config["spark.jars"] = str(JDBC_JAR)
-    spark = outbox_session("local[2]", app_name="outbox-spark-bench", config=config)
+    measurements = [read_outside_spark(database_url, rows)]
+    measurements += measure(
+        outbox_session("local[2]", app_name="outbox-spark-bench", config=config),
+        f"{rows:,} messages, local[2]",
+        rows,
+        repeats,
+        jdbc_url,
+        skip_reason,
+        database_url,
+    )
+    if not quick:
+        measurements += measure_on_a_cluster(
+            database_url, rows, repeats, jdbc_url, skip_reason, config
+        )
+    return measurements
+
+
+def read_outside_spark(database_url: str, rows: int) -> Measurement:
+    """What bounds the source: one process reading every row with ADBC, no Spark at all."""
+    from pipeline.copy_reader import read_slice
+    from pipeline.options import CopyDriver
+    from pipeline.partitions import Slice
+
+    everything = Slice(START, Position(2**62, 2**62))
+    started = time.perf_counter()
+    read = sum(
+        batch.num_rows
+        for batch in read_slice(database_url, PUBLICATION, everything, CopyDriver.ADBC)
+    )
+    seconds = time.perf_counter() - started
+    return Measurement(
+        f"{rows:,} messages, no Spark",
+        "(e) ADBC binary COPY into Arrow, one process",
+        read / seconds,
+        "rows/s",
+        note="the server's COPY and the Arrow build alone; no Spark, no Python worker",
+    )
+
+
+def measure_on_a_cluster(
+    database_url: str,
+    rows: int,
+    repeats: int,
+    jdbc_url: str | None,
+    skip_reason: str | None,
+    config: dict[str, str],
+) -> list[Measurement]:
+    # The cluster helper of the tests: the same small master and workers they run against.
+    from pipeline.spark_session import outbox_session
+    from tests.integration.pipeline.standalone_cluster import (
+        APPLICATION_CONFIG,
+        standalone_cluster,
+    )
+
+    with tempfile.TemporaryDirectory() as directory, standalone_cluster(Path(directory)) as cluster:
+        session = outbox_session(
+            cluster.master_url,
+            app_name="outbox-spark-bench-cluster",
+            config={
+                **APPLICATION_CONFIG,
+                **config,
+                f"spark.executorEnv.{URL_ENVIRONMENT_VARIABLE}": database_url,
+                "spark.ui.enabled": "false",
+            },
+        )
+        return measure(
+            session,
+            f"{rows:,} messages, standalone cluster",
+            rows,
+            repeats,
+            jdbc_url,
+            skip_reason,
+            database_url,
+        )
+
+
+def measure(
+    spark: "SparkSession",
+    group: str,
+    rows: int,
+    repeats: int,
+    jdbc_url: str | None,
+    skip_reason: str | None,
+    database_url: str,
+) -> list[Measurement]:
+    """Every variant on `spark`, which is stopped afterwards."""
     spark.sparkContext.setLogLevel("ERROR")
-    group = f"{rows:,} messages"
     baseline = JDBC_VARIANT if skip_reason is None else None
     measurements: list[Measurement] = []
     try:

@@ -1,9 +1,10 @@
 """The options of `spark.readStream.format("outbox")`, checked once on the driver.
 
 Options appear in query plans, logs and the Spark UI, so none may carry a password: the
-database is either a password-less `url` (libpq then takes the password from PGPASSWORD or a
-.pgpass file on each executor) or the name of an environment variable, `urlEnv`, read on each
-executor at connection time.
+database is a password-less `url` (libpq then takes the password from PGPASSWORD or a .pgpass
+file on each executor), the name of an environment variable, `urlEnv`, or the path of a file
+holding the URL, `urlFile` (a mounted secret, or a file shipped with `--files`); the last two
+are read on each executor at connection time.
 """
 
 import dataclasses
@@ -11,6 +12,7 @@ import json
 import os
 from collections.abc import Mapping
 from enum import StrEnum
+from pathlib import Path
 from typing import Literal, TypeVar
 
 import psycopg
@@ -48,10 +50,13 @@ class DatabaseLocation:
 
     url: str | None
     url_environment_variable: str
+    url_file: str | None = None
 
     def conninfo(self) -> str:
         if self.url is not None:
             return self.url
+        if self.url_file is not None:
+            return _read_url_file(self.url_file)
         value = os.environ.get(self.url_environment_variable)
         if not value:
             raise OptionError(
@@ -82,6 +87,7 @@ _KNOWN = {
         "subscription",
         "url",
         "urlEnv",
+        "urlFile",
         "startingOffsets",
         "maxRowsPerBatch",
         "numPartitions",
@@ -143,14 +149,44 @@ def _identifier(values: Mapping[str, str], name: str) -> str:
 def _database(values: Mapping[str, str]) -> DatabaseLocation:
     url = values.get("url")
     environment_variable = values.get("urlenv")
-    if url is not None and environment_variable is not None:
-        raise OptionError("options url and urlEnv exclude each other; give one")
+    url_file = values.get("urlfile")
+    given = [name for name in ("url", "urlEnv", "urlFile") if name.lower() in values]
+    if len(given) > 1:
+        raise OptionError(f"options {' and '.join(given)} exclude each other; give one")
     if environment_variable is not None and not environment_variable.strip():
         raise OptionError("option urlEnv must name an environment variable, got ''")
+    if url_file is not None and not url_file.strip():
+        raise OptionError("option urlFile must be the path of a file, got ''")
     return DatabaseLocation(
         url=None if url is None else refuse_password(url, "url"),
         url_environment_variable=environment_variable or DATABASE_URL_VARIABLE,
+        url_file=url_file,
     )
+
+
+def _read_url_file(name: str) -> str:
+    """The URL in file `name`: a path, or the name of a file shipped with spark-submit --files.
+
+    Read where the connection is made, so the URL (and its password) never travels in an
+    option; the error names the path, never the content.
+    """
+    path = Path(name)
+    if not path.is_absolute() and not path.exists():
+        # Options are read in Spark's Python workers (planner and tasks), where SparkFiles
+        # knows the directory spark-submit --files shipped the file to.
+        from pyspark import SparkFiles
+
+        path = Path(SparkFiles.get(name))
+    try:
+        url = path.read_text().strip()
+    except OSError as error:
+        raise OptionError(
+            f"option urlFile: cannot read {name} in this process (pid {os.getpid()}):"
+            f" {error.strerror}; the file must exist on the driver and every executor"
+        ) from None
+    if not url:
+        raise OptionError(f"option urlFile: {name} is empty")
+    return url
 
 
 def _starting_offsets(text: str) -> StartingOffsets:

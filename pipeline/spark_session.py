@@ -11,7 +11,17 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from outbox.names import DATABASE_URL_VARIABLE
 from pipeline.source import OutboxDataSource
+
+# Spark shows a setting as *********(redacted) in its UI, event logs and plans when the name or
+# the value matches spark.redaction.regex. Spark's default, plus: any setting named after the
+# database URL (spark.executorEnv.OUTBOX_DATABASE_URL), and any value holding a URL with a
+# password (user:password@).
+REDACTION_REGEX = (
+    r"(?i)secret|password|token|access[.]?key"
+    rf"|{DATABASE_URL_VARIABLE}|://[^/@\s]*:[^/@\s]*@"
+)
 
 
 def outbox_session(
@@ -26,13 +36,14 @@ def outbox_session(
     if master is not None:
         builder = builder.master(master)
     settings = {
-        "spark.ui.enabled": "false",
+        "spark.redaction.regex": REDACTION_REGEX,
         # Windows and timestamps in UTC, as the outbox stores them, whatever the host zone.
         "spark.sql.session.timeZone": "UTC",
     }
     if master is not None and master.startswith("local"):
         # 200 shuffle tasks per micro-batch (the default) dominate a run on one machine.
         settings["spark.sql.shuffle.partitions"] = "4"
+        settings["spark.ui.enabled"] = "false"
     settings.update(config or {})
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -42,10 +42,11 @@ def jobs() -> None:
 def run(context: CommandContext, master: str, job: str, job_arguments: tuple[str, ...]) -> None:
     """Run JOB until it stops; JOB_ARGUMENTS go to the job (`outbox spark run JOB --help`).
 
-    Without --url, executors read the database URL from OUTBOX_DATABASE_URL; when it is unset
-    here it is set to this command's database (the embedded one if none is configured), which
-    local executors inherit. On a cluster, give each executor OUTBOX_DATABASE_URL, or pass a
-    password-less --url and a .pgpass file.
+    Without --url or --url-file, executors read the database URL from OUTBOX_DATABASE_URL;
+    when it is unset here it is set to this command's database (the embedded one if none is
+    configured). Local executors inherit it; on any other master it is handed to every
+    executor as spark.executorEnv.OUTBOX_DATABASE_URL, which the session redacts from the UI,
+    event logs and plans.
     """
     from pipeline.jobs import load_job
     from pipeline.spark_session import outbox_session
@@ -55,8 +56,14 @@ def run(context: CommandContext, master: str, job: str, job_arguments: tuple[str
     except KeyError as error:
         raise click.BadParameter(str(error.args[0]), param_hint="JOB") from None
     arguments = module.argument_parser().parse_args(job_arguments)
-    if arguments.url is None and not os.environ.get(DATABASE_URL_VARIABLE):
-        # Before the session starts: the JVM and its Python workers copy the environment then.
-        os.environ[DATABASE_URL_VARIABLE] = context.database_url
-    query = module.start(outbox_session(master, app_name=f"outbox-{job}"), arguments)
+    config: dict[str, str] = {}
+    if arguments.url is None and arguments.url_file is None:
+        url = os.environ.get(DATABASE_URL_VARIABLE) or context.database_url
+        # Before the session starts: the JVM and its local Python workers copy the environment.
+        os.environ[DATABASE_URL_VARIABLE] = url
+        if not master.startswith("local"):
+            # Executors on a cluster start on other hosts, from the worker's environment.
+            config[f"spark.executorEnv.{DATABASE_URL_VARIABLE}"] = url
+    session = outbox_session(master, app_name=f"outbox-{job}", config=config)
+    query = module.start(session, arguments)
     query.awaitTermination()

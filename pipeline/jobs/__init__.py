@@ -26,10 +26,16 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         "--subscription",
         help="where progress is recorded in outbox.subscriptions (default: JOB-PUBLICATION)",
     )
-    source.add_argument(
+    location = source.add_mutually_exclusive_group()
+    location.add_argument(
         "--url",
         help="a password-less database URL (libpq finds the password in PGPASSWORD or"
         " .pgpass on each executor); default: OUTBOX_DATABASE_URL in each executor's environment",
+    )
+    location.add_argument(
+        "--url-file",
+        help="a file holding the database URL, read on the driver and each executor: a"
+        " mounted secret's path, or the name of a file shipped with spark-submit --files",
     )
     source.add_argument("--starting-offsets", default="earliest")
     source.add_argument("--max-rows-per-batch", type=int)
@@ -54,6 +60,8 @@ def source_options(job: str, arguments: argparse.Namespace) -> dict[str, str]:
     }
     if arguments.url is not None:
         options["url"] = arguments.url
+    if arguments.url_file is not None:
+        options["urlFile"] = arguments.url_file
     if arguments.max_rows_per_batch is not None:
         options["maxRowsPerBatch"] = str(arguments.max_rows_per_batch)
     return options

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from pipeline.spark_session import outbox_session
 from tests.integration.pipeline.spark_doubles import FailingOutboxSource
+from tests.integration.pipeline.standalone_cluster import StandaloneCluster, standalone_cluster
 
 
 def without_password(url: str) -> str:
@@ -47,6 +48,15 @@ def spark(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     session.dataSource.register(FailingOutboxSource)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A standalone master and two workers for the whole session, stopped at its end."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs a Java runtime: none on PATH and JAVA_HOME is unset")
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster
 
 
 @pytest.fixture

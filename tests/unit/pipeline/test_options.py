@@ -1,5 +1,7 @@
 """The source's options: defaults, and a clear error naming each bad one (never a password)."""
 
+from pathlib import Path
+
 import pytest
 
 from outbox.positions import Position
@@ -133,3 +135,21 @@ def test_the_url_environment_variable_is_read_where_the_connection_is_made(
         location.conninfo()
     monkeypatch.setenv("LAKE_DB", "postgresql://app:pw@db/app")
     assert location.conninfo() == "postgresql://app:pw@db/app"
+
+
+def test_url_url_env_and_url_file_exclude_each_other() -> None:
+    with pytest.raises(OptionError, match="urlEnv and urlFile exclude each other"):
+        parse_source_options({**REQUIRED, "urlEnv": "X", "urlFile": "/run/secrets/db"})
+
+
+def test_the_url_file_is_read_where_the_connection_is_made(tmp_path: Path) -> None:
+    secret = tmp_path / "database-url"
+    location = parse_source_options({**REQUIRED, "urlFile": str(secret)}).database
+    with pytest.raises(OptionError, match=r"urlFile: cannot read .*database-url") as raised:
+        location.conninfo()
+    secret.write_text("postgresql://app:s3cr3t-pw@db/app\n")
+    assert location.conninfo() == "postgresql://app:s3cr3t-pw@db/app"
+    assert "s3cr3t" not in str(raised.value)
+    secret.write_text("  \n")
+    with pytest.raises(OptionError, match="is empty"):
+        location.conninfo()
