@@ -102,7 +102,8 @@ CATALOG_QUERIES: dict[str, LiteralString] = {
                    c.relowner
             FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid,
                  aclexplode(a.attacl) AS e
-            WHERE c.relnamespace = 'outbox'::regnamespace
+            -- A dropped column keeps its grants in pg_attribute, where nothing can use them.
+            WHERE c.relnamespace = 'outbox'::regnamespace AND NOT a.attisdropped
             UNION ALL
             SELECT 'schema', n.nspname::text, e.grantee, e.privilege_type, n.nspowner
             FROM pg_namespace AS n, aclexplode(n.nspacl) AS e

@@ -27,6 +27,19 @@ ALTER TABLE outbox.subscriptions
     ADD CONSTRAINT subscriptions_skip_request_whole
         CHECK ((skip_to_transaction_id IS NULL) = (skip_to_position IS NULL)
                AND (skip_to_position IS NULL) = (skip_epoch IS NULL));
+
+-- A least-privilege poller (0007) clears the request it has applied.
+DO $grant$
+DECLARE
+    poller text := coalesce(nullif(current_setting('outbox.role_prefix', true), ''), 'outbox')
+                   || '_poller';
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = poller) THEN
+        EXECUTE format('GRANT UPDATE (skip_to_transaction_id, skip_to_position, skip_epoch)'
+                       ' ON outbox.subscriptions TO %I', poller);
+    END IF;
+END
+$grant$;
 """
     )
 

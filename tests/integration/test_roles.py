@@ -153,6 +153,32 @@ def test_a_poller_delivers_parks_checkpoints_and_leads(database_url: str, poller
     assert delivered[: len(positions)] == positions
 
 
+def test_a_poller_applies_and_clears_a_skip_request(database_url: str, poller_url: str) -> None:
+    subscribe(database_url, checkpoint_after=0.05, min_checkpoint_count=1)
+    with psycopg.connect(database_url) as conn:
+        positions = [outbox.append(conn, "orders", "T", {"n": n}) for n in range(4)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        skip_to = conn.execute(
+            "SELECT transaction_id::text || ':' || position FROM outbox.messages"
+            " WHERE position = %s",
+            (positions[1],),
+        ).fetchone()
+        assert skip_to is not None
+        administration.request_skip(conn, "sub", skip_to[0])
+    delivered: list[int] = []
+
+    with running_daemon(poller_url, ["sub"], lambda message: delivered.append(message.position)):
+        wait_for(lambda: _checkpoint_position(database_url) == positions[-1])
+
+        def cleared() -> bool:
+            with psycopg.connect(database_url) as conn:
+                return administration.skip_request(conn, "sub") is None
+
+        # Clearing the request is the poller's UPDATE of the skip columns.
+        wait_for(cleared)
+    assert delivered == positions[2:]
+
+
 def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
