@@ -94,15 +94,8 @@ def test_a_parked_message_keeps_its_partition_but_not_the_next(
     assert 42 in positions(conn)
 
 
-def test_consumer_positions_hold_their_messages_when_the_table_exists(
-    conn: psycopg.Connection[Any],
-) -> None:
+def test_consumer_positions_hold_their_messages(conn: psycopg.Connection[Any]) -> None:
     move_checkpoint(conn, "billing", 250)
-    # The table another migration may add; retention reads it only if it is there.
-    conn.execute(
-        "CREATE TABLE outbox.consumer_positions"
-        " (consumer_name text PRIMARY KEY, transaction_id xid8 NOT NULL, position bigint NOT NULL)"
-    )
     conn.execute(
         "INSERT INTO outbox.consumer_positions"
         " SELECT 'audit', transaction_id, position FROM outbox.messages WHERE position = 30"
