@@ -16,9 +16,12 @@ import psycopg
 
 from outbox.database_url import mask_password
 from outbox.positions import Position
-from outbox.queries import QUERIES
 from poller.message import Message
-from poller.store.message_reads import read_batch_async, safe_frontier_async
+from poller.store.message_reads import (
+    read_batch_async,
+    safe_frontier_async,
+    transaction_id_async,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +57,7 @@ class Reads:
         return await self._retried(safe_frontier_async)
 
     async def next_transaction_id(self) -> int:
-        async def query(conn: psycopg.AsyncConnection[Any]) -> int:
-            cursor = await conn.execute(QUERIES["next_transaction_id"])
-            row = await cursor.fetchone()
-            assert row is not None  # a SELECT without FROM always returns its one row
-            next_id: int = row[0]
-            return next_id
-
-        return await self._retried(query)
+        return await self._retried(lambda conn: transaction_id_async(conn, "next_transaction_id"))
 
     async def batch(self, publication: str, after: Position, limit: int) -> list[Message]:
         async def query(conn: psycopg.AsyncConnection[Any]) -> list[Message]:

@@ -63,11 +63,16 @@ def safe_frontier(conn: psycopg.Connection[Any]) -> int:
 
 
 async def safe_frontier_async(conn: psycopg.AsyncConnection[Any]) -> int:
-    cursor = await conn.execute(QUERIES["safe_frontier"])
+    return await transaction_id_async(conn, "safe_frontier")
+
+
+async def transaction_id_async(conn: psycopg.AsyncConnection[Any], query: str) -> int:
+    """The transaction id a named one-row query (safe_frontier, next_transaction_id) returns."""
+    cursor = await conn.execute(QUERIES[query])
     row = await cursor.fetchone()
     assert row is not None  # a SELECT without FROM always returns its one row
-    frontier: int = row[0]
-    return frontier
+    transaction_id: int = row[0]
+    return transaction_id
 
 
 def _params(publication: str, after: Position, limit: int) -> dict[str, Any]:
