@@ -18,6 +18,7 @@ from outbox.database_url import mask_password
 from outbox.positions import Position
 from poller.message import Message
 from poller.store.message_reads import (
+    prepare_reader_async,
     read_batch_async,
     safe_frontier_async,
     transaction_id_async,
@@ -88,6 +89,8 @@ class Reads:
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         # autocommit: each read takes a fresh snapshot, so the safe frontier moves.
-        return await psycopg.AsyncConnection.connect(
+        conn = await psycopg.AsyncConnection.connect(
             self._url, autocommit=True, application_name=APPLICATION_NAME
         )
+        await prepare_reader_async(conn)
+        return conn

@@ -4,8 +4,10 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 
 from outbox.queries import QUERIES
+from poller.store.message_reads import prepare_reader
 
 
 def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -15,28 +17,43 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-def test_the_poll_query_uses_the_delivery_order_index_without_sorting(database_url: str) -> None:
+def read_plan_nodes(conn: psycopg.Connection[Any], after: tuple[str, int]) -> list[dict[str, Any]]:
+    query = "EXPLAIN (FORMAT JSON) " + QUERIES["read_batch"]
+    row = conn.execute(
+        query,
+        {
+            "publication": "publication-3",
+            "after_transaction_id": after[0],
+            "after_position": after[1],
+            "limit": 500,
+        },
+    ).fetchone()
+    assert row is not None
+    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return plan_nodes(document[0]["Plan"])
+
+
+@pytest.mark.parametrize("where", ["start", "deep in one large transaction"])
+def test_the_poll_query_uses_the_delivery_order_index_without_sorting(
+    database_url: str, where: str
+) -> None:
+    """Deep in one transaction the planner estimated one row left and sorted all the rest
+    on every page, until the read connection turned sorts off (prepare_reader)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        # Several publications, so the index is needed to find one of them.
+        # Several publications, so the index is needed to find one of them; one transaction.
         conn.execute(
             "INSERT INTO outbox.messages (publication_id, message_id, message_type, data)"
             " SELECT 'publication-' || (n % 20), n::text, 'T', '{}'"
             " FROM generate_series(1, 200000) AS n"
         )
         conn.execute("ANALYZE outbox.messages")
-        query = "EXPLAIN (FORMAT JSON) " + QUERIES["read_batch"]
         row = conn.execute(
-            query,
-            {
-                "publication": "publication-3",
-                "after_transaction_id": "0",
-                "after_position": 0,
-                "limit": 500,
-            },
+            "SELECT transaction_id::text, max(position) / 2 FROM outbox.messages GROUP BY 1"
         ).fetchone()
-    assert row is not None
-    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    nodes = plan_nodes(document[0]["Plan"])
+        assert row is not None
+        after = ("0", 0) if where == "start" else (row[0], row[1])
+        prepare_reader(conn)
+        nodes = read_plan_nodes(conn, after)
     node_types = [node["Node Type"] for node in nodes]
     assert "Sort" not in node_types, node_types
     assert "Incremental Sort" not in node_types, node_types
