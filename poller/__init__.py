@@ -1,6 +1,7 @@
 """The daemon, its store, the subscription state machine, and catch-up subscriptions for
 consumers that keep their own position."""
 
+from poller.batch_handlers import BatchOutcomes, batch_handler
 from poller.catch_up.consumer_positions import (
     ConsumerPositionConflictError,
     load_checkpoint,
@@ -13,10 +14,12 @@ from poller.catch_up.subscribe import subscribe, subscribe_sync
 from poller.message import Message
 
 __all__ = [
+    "BatchOutcomes",
     "CaughtUp",
     "Checkpoint",
     "ConsumerPositionConflictError",
     "Message",
+    "batch_handler",
     "load_checkpoint",
     "load_checkpoint_async",
     "store_checkpoint",

@@ -1,61 +1,106 @@
 """The subscription's consumers at run time: each has a queue and `max_in_flight` slots.
 
-A slot awaits the handler directly instead of spawning a task per message, so a handler that
-does not suspend costs no event-loop round trip; the state machine already bounds what each
-consumer holds, so a slot never waits while its consumer has work queued.
+A slot takes what its consumer has queued, up to `prefetch` deliveries, as one run (see
+runs.py), goes through it in one hop and reports every outcome in one call; the state machine
+bounds what each consumer holds, so a slot never waits while its consumer has work queued.
+
+Order: a slot runs its deliveries in the order the machine gave them, and a run stops at the
+first delivery that did not succeed. What followed it, in the run and in the queue, is handed
+back unstarted (withdrawn), so nothing runs ahead of the failed message's retry.
 """
 
 import asyncio
+import collections
 import logging
 from collections.abc import Awaitable, Callable
 
-from poller.subscription import Deliver
+from poller.daemon.runs import Run, withdrawn
+from poller.subscription import Deliver, Outcome
 
 log = logging.getLogger(__name__)
 
-Deliverer = Callable[[Deliver], Awaitable[None]]
+Execute = Callable[[Run], Awaitable[None]]
+"""Goes through a run, recording each started delivery's outcome in it."""
+Report = Callable[[list[Outcome]], None]
 OnCrash = Callable[[int], None]
 
 
 class Consumer:
-    def __init__(
-        self,
-        consumer: int,
-        slots: int,
-        deliver: Deliverer,
-        on_crash: OnCrash,
-        on_finished: Callable[[], None],
-    ) -> None:
+    def __init__(self, consumer: int, slots: int, consumers: "Consumers") -> None:
         self.consumer = consumer
-        # A queue wakes one waiting slot per message; an Event would wake them all.
-        self._queue: asyncio.Queue[Deliver] = asyncio.Queue()
-        self._deliver = deliver
-        self._on_crash = on_crash
-        self._on_finished = on_finished
-        # By delivery id: hashing the Deliver dataclass itself cost 5 % of a drain.
-        self.delivering: dict[int, Deliver] = {}
+        self._consumers = consumers
+        self.queue: collections.deque[Deliver] = collections.deque()
+        self._work = asyncio.Event()
+        self.runs: set[Run] = set()
         self._slots = [
             asyncio.create_task(self._slot(), name=f"consumer-{consumer}-slot-{n}")
             for n in range(slots)
         ]
 
     def push(self, command: Deliver) -> None:
-        self._queue.put_nowait(command)
+        self.queue.append(command)
+        self._work.set()
+
+    def withdraw_queued(self) -> list[Outcome]:
+        queued = withdrawn(self.queue)
+        self.queue.clear()
+        return queued
+
+    async def _take(self) -> list[Deliver]:
+        queue = self.queue
+        while not queue:
+            self._work.clear()
+            await self._work.wait()
+        limit = self._consumers.run_limit
+        if len(queue) < limit and (wait := self._consumers.batch_wait) > 0:
+            await self._fill(limit, wait)
+        return [queue.popleft() for _ in range(min(limit, len(queue)))]
+
+    async def _fill(self, limit: int, wait: float) -> None:
+        """A batch handler's max_batch_wait: let more deliveries arrive, up to `limit`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while len(self.queue) < limit and (left := deadline - loop.time()) > 0:
+            self._work.clear()
+            try:
+                await asyncio.wait_for(self._work.wait(), left)
+            except TimeoutError:
+                return
 
     async def _slot(self) -> None:
+        consumers = self._consumers
         while True:
-            command = await self._queue.get()
-            self.delivering[command.delivery_id] = command
+            run = Run(await self._take(), consumers.message_timeout)
+            self.runs.add(run)
             try:
-                await self._deliver(command)
+                await consumers.execute(run)
             except Exception:
-                # Not the handler failing (that is data for the machine), a bug around it:
-                # report the consumer dead so its deliveries are retried, and keep serving.
-                log.exception("consumer %s crashed delivering %s", self.consumer, command)
-                self._on_crash(self.consumer)
-            finally:
-                del self.delivering[command.delivery_id]
-                self._on_finished()
+                # Not a handler failing (that is an outcome), a bug around it: report the
+                # consumer dead so its deliveries are retried, and keep serving.
+                log.exception("consumer %s crashed running %s", self.consumer, run.commands)
+                self.runs.discard(run)
+                run.cut()
+                self.queue.clear()  # withdrawn by consumer_died
+                consumers.report(run.unreported())
+                consumers.on_crash(self.consumer)
+            else:
+                self.runs.discard(run)
+                self._end(run)
+            consumers.check_idle()
+
+    def _end(self, run: Run) -> None:
+        outcomes = run.unreported()
+        if rest := run.cut():
+            outcomes += withdrawn(rest)
+        if run.broken:
+            outcomes += self.withdraw_queued()
+        self._consumers.report(outcomes)
+
+    def cut_overrun(self, run: Run) -> list[Outcome]:
+        """The run's current delivery has run past message_timeout, so the machine fails it:
+        hand back what the run has not started, and the queue behind it, for redelivery."""
+        run.broken = True
+        return withdrawn(run.cut()) + self.withdraw_queued()
 
     async def close(self) -> None:
         for slot in self._slots:
@@ -64,29 +109,39 @@ class Consumer:
 
 
 class Consumers:
-    def __init__(self, slots: int, deliver: Deliverer, on_crash: OnCrash) -> None:
+    def __init__(
+        self,
+        *,
+        slots: int,
+        run_limit: int,
+        batch_wait: float,
+        message_timeout: float,
+        execute: Execute,
+        report: Report,
+        on_crash: OnCrash,
+    ) -> None:
+        self.run_limit = run_limit
+        self.batch_wait = batch_wait
+        self.message_timeout = message_timeout
+        self.execute = execute
+        self.report = report
+        self.on_crash = on_crash
         self._slots = slots
-        self._deliver = deliver
-        self._on_crash = on_crash
         self._consumers: dict[int, Consumer] = {}
-        self._unfinished = 0  # deliveries pushed and not yet ended, on every consumer
         self._idle = asyncio.Event()
         self._idle.set()
 
     def push(self, command: Deliver) -> None:
         consumer = self._consumers.get(command.consumer)
         if consumer is None:
-            consumer = Consumer(
-                command.consumer, self._slots, self._deliver, self._on_crash, self._finished
+            consumer = self._consumers[command.consumer] = Consumer(
+                command.consumer, self._slots, self
             )
-            self._consumers[command.consumer] = consumer
-        self._unfinished += 1
         self._idle.clear()
         consumer.push(command)
 
-    def _finished(self) -> None:
-        self._unfinished -= 1
-        if self._unfinished == 0:
+    def check_idle(self) -> None:
+        if not any(c.runs or c.queue for c in self._consumers.values()):
             self._idle.set()
 
     async def wait_idle(self, timeout: float) -> bool:
@@ -97,12 +152,34 @@ class Consumers:
             return False
         return True
 
+    def watch(self, now: float) -> tuple[list[int], list[Outcome]]:
+        """On each tick: the deliveries that started since the last one (the machine times
+        them from now on); and the outcomes running runs recorded since, with what is
+        withdrawn from runs whose handler overran."""
+        starts: list[int] = []
+        outcomes: list[Outcome] = []
+        for consumer in self._consumers.values():
+            for run in list(consumer.runs):
+                outcomes += run.unreported()
+                current = run.current
+                if current is None:
+                    continue
+                commands, since = current
+                if run.reported is not commands:
+                    run.reported = commands
+                    starts.extend(command.delivery_id for command in commands)
+                if now - since >= self.message_timeout and not run.broken:
+                    outcomes += consumer.cut_overrun(run)
+        return starts, outcomes
+
     def delivering(self) -> list[Deliver]:
         """Deliveries whose handlers have been called and not yet returned."""
         return [
             command
             for consumer in self._consumers.values()
-            for command in consumer.delivering.values()
+            for run in consumer.runs
+            if (current := run.current) is not None
+            for command in current[0]
         ]
 
     async def close(self) -> None:

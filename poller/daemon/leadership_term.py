@@ -1,7 +1,8 @@
 """One leadership term of one subscription: the driver around the pure state machine.
 
-Reads feed `messages_read`; handler outcomes feed `acked`/`failed`/...; a ticker feeds `tick`
-and renews the lease. Deliver commands start handler tasks at once; every command that writes
+Reads feed `messages_read`; the outcomes of each run of deliveries feed `finished` at once; a
+ticker feeds `tick` and the starts of running handlers, and renews the lease. Deliver commands
+go to the consumers' queues at once (consumers.py); every command that writes
 (park, unpark, checkpoint) goes through one queue and one task, so writes happen in the order
 the machine emitted them. The term ends when the process stops (graceful: in-flight handlers
 finish, the final checkpoint is written), or when the lease or the connection is lost
@@ -12,24 +13,23 @@ import asyncio
 import contextlib
 import datetime
 import logging
-import threading
 import time
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 
 from outbox.positions import Position
 from outbox.storable_text import storable_text
 from poller.daemon.consumers import Consumers
-from poller.daemon.handlers import DeliverySuperseded, HandlerCaller
+from poller.daemon.handler_caller import HandlerCaller, payload_message
 from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.poll_interval import AdaptiveInterval
+from poller.daemon.runs import Run
 from poller.daemon.self_fence import SelfFence
 from poller.daemon.stall import StallWatch
 from poller.message import Message
-from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
 from poller.store.leader_store import LeaderStore
 from poller.store.records import (
     Blocker,
@@ -42,6 +42,7 @@ from poller.subscription import (
     Command,
     Deliver,
     Envelope,
+    Outcome,
     Park,
     ReplayDone,
     SubscriptionMachine,
@@ -79,12 +80,25 @@ class LeadershipTerm:
         self._stop = stop
         self._settings = record.settings
         self._stored_settings = record.stored_settings
+        batch = caller.batch
+        # A batch handler's runs are its batches; other handlers' are `prefetch` long.
+        prefetch = options.prefetch if batch is None else batch.max_batch_size
         self.machine = SubscriptionMachine(
-            self._settings, now=time.monotonic(), start=record.checkpoint, epoch=record.epoch
+            self._settings,
+            now=time.monotonic(),
+            start=record.checkpoint,
+            epoch=record.epoch,
+            prefetch=prefetch,
         )
         self._writes: asyncio.Queue[WriteCommand] = asyncio.Queue()
         self._consumers = Consumers(
-            self._settings.max_in_flight, self._deliver, self._consumer_crashed
+            slots=self._settings.max_in_flight,
+            run_limit=prefetch,
+            batch_wait=0.0 if batch is None else batch.max_batch_wait,
+            message_timeout=self._settings.message_timeout,
+            execute=self._execute,
+            report=self._report,
+            on_crash=self._consumer_crashed,
         )
         # The parked row each unfinished replay read, by position: its ReplayDone deletes that
         # row only, never one a later park of the same position wrote.
@@ -101,9 +115,6 @@ class LeadershipTerm:
         # Set when the term ends: deliveries still queued for a handler thread must not start.
         self._over = False
         self._end_term = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
-        self._starts: list[int] = []  # handler starts not yet reported to the machine
         # Set when the buffer has room for a worthwhile read (see _read_loop).
         self._room = asyncio.Event()
         self._interval = AdaptiveInterval(
@@ -222,61 +233,39 @@ class LeadershipTerm:
                 self._writes.put_nowait(command)
 
     def _consumer_crashed(self, consumer: int) -> None:
-        self._carry_out(self.machine.consumer_died(consumer, time.monotonic()))
+        now = time.monotonic()
+        self._watch_runs(now)  # the machine fails started deliveries, withdraws the others
+        self._carry_out(self.machine.consumer_died(consumer, now))
 
-    async def _deliver(self, command: Deliver) -> None:
-        message = _message_of(command.envelope)
-        if message.delivery_attempt != command.attempt:
-            message = message.with_attempt(command.attempt)
-        delivery = command.delivery_id
-
-        def wanted() -> bool:  # on the handler's thread, right before it starts
-            if self._over:
-                return False  # queued for a thread by a term that has ended since
-            if not self._fence.may_start(time.monotonic()):
-                return False  # the lease may be gone: another process may run this key
-            if not (command.replayed or command.epoch == self.machine.epoch):
-                return False  # sought away while it waited for a thread
-            # message_timeout runs from here, not from the Deliver: time spent waiting for a
-            # thread is not the handler's. An async handler starts on the loop's own thread,
-            # where waking the loop through its self-pipe would cost a syscall per message.
-            if threading.get_ident() == self._loop_thread:
-                self._started(delivery)
-            else:
-                self._loop.call_soon_threadsafe(self._started, delivery)
-            return True
-
+    async def _execute(self, run: Run) -> None:
         if (wait := self._fence.wait_before_start(time.monotonic())) > 0:
             await asyncio.sleep(wait)  # the previous leader's lease has not run out yet
-        try:
-            await self._caller(message, wanted)
-        except DeliverySuperseded:  # not started: frees the key, and is no attempt
-            outcome = self.machine.withdrawn(delivery, time.monotonic())
-        except RetryMessage:
-            outcome = self.machine.requested_retry(delivery, time.monotonic())
-        except ParkMessage as request:
-            outcome = self.machine.requested_park(delivery, request.reason, time.monotonic())
-        except SkipMessage:
-            outcome = self.machine.requested_skip(delivery, time.monotonic())
-        except Exception as error:  # the handler's failure is data for the machine
-            log.debug("handler failed on %r", message, exc_info=True)
-            reason = f"{type(error).__name__}: {error}"
-            outcome = self.machine.failed(delivery, reason, time.monotonic())
-        else:
-            outcome = self.machine.acked(delivery, time.monotonic())
-        self._carry_out(outcome)
+        await self._caller(run, self._may_start)
+
+    def _may_start(self, command: Deliver) -> bool:
+        """Asked right before a handler starts, on its thread: a delivery that waited in a
+        queue or behind a run may have been sought away, or the term may be over."""
+        if self._over:
+            return False  # queued for a thread by a term that has ended since
+        if not self._fence.may_start(time.monotonic()):
+            return False  # the lease may be gone: another process may run this key
+        return command.replayed or command.epoch == self.machine.epoch
+
+    def _report(self, outcomes: list[Outcome]) -> None:
+        """A run ended: its outcomes, and what it and its queue hand back unstarted."""
+        self._carry_out(self.machine.finished(outcomes, time.monotonic()))
         self._wake_reader_if_room()
 
-    def _started(self, delivery: int) -> None:
-        """Collect the starts of one loop iteration and tell the machine once (a start that
-        arrives after its delivery's outcome is ignored by the machine)."""
-        self._starts.append(delivery)
-        if len(self._starts) == 1:
-            self._loop.call_soon(self._report_starts)
-
-    def _report_starts(self) -> None:
-        starts, self._starts = self._starts, []
-        self._carry_out(self.machine.started(starts, time.monotonic()))
+    def _watch_runs(self, now: float) -> None:
+        """Tell the machine which handlers started since the last tick (message_timeout
+        runs from then, not from the Deliver: a wait for a thread is not the handler's),
+        what running runs have finished so far, and withdraw what waits behind a handler
+        that overran."""
+        starts, outcomes = self._consumers.watch(now)
+        if starts:
+            self._carry_out(self.machine.started(starts, now))
+        if outcomes:
+            self._report(outcomes)
 
     # Writing ------------------------------------------------------------------------------
 
@@ -301,7 +290,7 @@ class LeadershipTerm:
                 await self._renew()  # fenced out: raises; else purged or parked anew meanwhile
 
     async def _park(self, command: Park) -> None:
-        message = _message_of(command.envelope)
+        message = payload_message(command.envelope)
         if command.replayed:
             # Its row is updated (a new parked_at): the next replay request reads it again.
             self._replayed_rows.pop(message.at, None)
@@ -363,7 +352,9 @@ class LeadershipTerm:
                 # No renewal got through in time (the database is unreachable or slow): stop
                 # before a standby may start this subscription's keys.
                 raise LeadershipLost(f"{self._record.subscription_id}: lease not renewed in time")
-            self._carry_out(self.machine.tick(time.monotonic()))
+            now = time.monotonic()
+            self._watch_runs(now)
+            self._carry_out(self.machine.tick(now))
             # Room also appears without any handler outcome (a seek drops the buffer).
             self._wake_reader_if_room()
             if time.monotonic() >= next_renewal:
@@ -460,7 +451,8 @@ class LeadershipTerm:
         with contextlib.suppress(asyncio.CancelledError):
             await reader
         if not await self._consumers.wait_idle(self._options.shutdown_timeout):
-            self.abandoned = [_message_of(c.envelope) for c in self._consumers.delivering()]
+            self._watch_runs(time.monotonic())  # what the stuck runs finished before
+            self.abandoned = [payload_message(c.envelope) for c in self._consumers.delivering()]
             log.error(
                 "subscription %s: handlers still running after %g s, stopping without them: %s",
                 self._record.subscription_id,
@@ -480,8 +472,3 @@ class LeadershipTerm:
             await self._write_checkpoint(final.position, final.epoch)
         await self._store.release()
         log.info("stopped %s at %s", self._record.subscription_id, self.machine.checkpoint)
-
-
-def _message_of(envelope: Envelope) -> Message:
-    """The machine carries the daemon's Message as an opaque payload; this term put it there."""
-    return cast(Message, envelope.payload)

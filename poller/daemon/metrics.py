@@ -18,11 +18,12 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from prometheus_client import CollectorRegistry
 
-from poller.daemon.handlers import Handler
+from poller.batch_handlers import batch_handler, batch_options
+from poller.daemon.handlers import Handler, is_async
 from poller.daemon.options import DaemonOptions
 from poller.message import Message
 from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
@@ -141,10 +142,14 @@ class SubscriptionMetrics:
 
     def observed(self, handler: Handler) -> Handler:
         """`handler`, timed and counted; async if it is (HandlerCaller runs it on the loop
-        then, and on a thread otherwise, by the same test)."""
-        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            getattr(handler, "__call__", None)  # noqa: B004 - callable objects with async __call__
-        ):
+        then, and on a thread otherwise, by the same test), and a batch handler if it is."""
+        options = batch_options(handler)
+        if options is not None:
+            mark = batch_handler(
+                max_batch_size=options.max_batch_size, max_batch_wait=options.max_batch_wait
+            )
+            return mark(self._observed_batch(handler))
+        if is_async(handler):
 
             async def observed_async(message: Message) -> Any:
                 return await self._timed(message, handler(message))
@@ -165,6 +170,31 @@ class SubscriptionMetrics:
 
         return observed_sync
 
+    def _observed_batch(self, handler: Handler) -> Callable[[list[Message]], Any]:
+        """A batch call counts as one call per message, each lasting the whole call."""
+        if is_async(handler):
+
+            async def observed_async_batch(messages: list[Message]) -> Any:
+                return await self._timed_batch(
+                    self._start_batch(messages), messages, handler(messages)
+                )
+
+            return observed_async_batch
+
+        def observed_batch(messages: list[Message]) -> Any:
+            started = self._start_batch(messages)
+            try:
+                result = handler(messages)
+            except BaseException as error:
+                self._batch_ended(started, messages, error, None)
+                raise
+            if inspect.isawaitable(result):  # a plain def that returns an awaitable
+                return self._timed_batch(started, messages, result)
+            self._batch_ended(started, messages, None, result)
+            return result
+
+        return observed_batch
+
     # Timing -------------------------------------------------------------------------------
 
     def _start(self, message: Message) -> float:
@@ -184,6 +214,41 @@ class SubscriptionMetrics:
             raise
         self._ended(started, None)
         return value
+
+    def _start_batch(self, messages: list[Message]) -> float:
+        for message in messages:
+            self._start(message)
+        return time.monotonic()
+
+    async def _timed_batch(
+        self, started: float, messages: list[Message], result: Awaitable[T]
+    ) -> T:
+        try:
+            value = await result
+        except BaseException as error:
+            self._batch_ended(started, messages, error, None)
+            raise
+        self._batch_ended(started, messages, None, value)
+        return value
+
+    def _batch_ended(
+        self,
+        started: float,
+        messages: list[Message],
+        error: BaseException | None,
+        result: object,
+    ) -> None:
+        duration = time.monotonic() - started
+        timed_out = duration >= self._message_timeout
+        failures = cast(Mapping[object, object], result) if isinstance(result, Mapping) else {}
+        for message in messages:
+            failure = error or failures.get(message.at)
+            self.tally.call_ended(
+                _outcome(
+                    failure if isinstance(failure, BaseException) else None, timed_out=timed_out
+                ),
+                duration,
+            )
 
     def _ended(self, started: float, error: BaseException | None) -> None:
         duration = time.monotonic() - started

@@ -41,6 +41,13 @@ class DaemonOptions:
         0.02, "Seconds between timeout and retry checks.", command_line=False
     )
     handler_threads: int = _option(16, "Threads per subscription for plain `def` handlers.")
+    # A run costs one hop to a handler thread and one event in the state machine, however long
+    # it is; runs are only as long as what is read, so they cost no latency when writes trickle.
+    prefetch: int = _option(
+        64,
+        "Deliveries a consumer slot takes at once and runs in order (batch handlers:"
+        " max_batch_size).",
+    )
     # Retention (poller/daemon/retention.py; `outbox prune` and `outbox status` take these too).
     retention_interval: float = _option(
         60.0, "Seconds between retention runs: partitions created ahead, old ones retired."

@@ -5,7 +5,8 @@ import contextlib
 import logging
 import signal
 
-from poller.daemon.handlers import Handler, HandlerCaller
+from poller.daemon.handler_caller import HandlerCaller
+from poller.daemon.handlers import Handler
 from poller.daemon.metrics import DaemonMetrics
 from poller.daemon.metrics_server import MetricsServer
 from poller.daemon.notify_listener import NotifyListener

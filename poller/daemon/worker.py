@@ -16,7 +16,7 @@ import psycopg
 import psycopg.errors
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
-from poller.daemon.handlers import HandlerCaller
+from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.leadership_term import LeadershipLost, LeadershipTerm
 from poller.daemon.log_context import LEADER_TOKEN, SUBSCRIPTION
 from poller.daemon.metrics import SubscriptionMetrics
@@ -25,6 +25,7 @@ from poller.daemon.options import DaemonOptions
 from poller.daemon.self_fence import SelfFence
 from poller.message import Message
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
+from poller.store.message_reads import prepare_reader_async
 from poller.store.records import Lease, SubscriptionRecord, new_holder_id
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored_async
 
@@ -81,6 +82,7 @@ class SubscriptionWorker:
                     LEADER_TOKEN.set(self._lease.token)
                     record = await self._load(conn)
                     async with await self._connect() as read_conn:
+                        await prepare_reader_async(read_conn)
                         session = LeadershipTerm(
                             LeaderStore(conn, read_conn, self._lease),
                             fence,

@@ -83,8 +83,8 @@ Driving it from a daemon:
         commands += machine.tick(clock())
         for command in commands:  # in order; Park and WriteCheckpoint are reported back
             execute(command)  # through parked(position, epoch) and checkpoint_written(...)
-        # handler starts go back batched through machine.started(ids, now), deliveries
-        # dropped before starting through machine.withdrawn(id, now)
+        # outcomes go back a run at a time through machine.finished(outcomes, now), the
+        # starts of deliveries still running through machine.started(ids, now)
     execute(machine.final_checkpoint())
 """
 
@@ -93,6 +93,7 @@ from poller.subscription.commands import Command, Deliver, Park, ReplayDone, Wri
 from poller.subscription.envelope import Envelope
 from poller.subscription.key_queues import owner_of
 from poller.subscription.machine import SubscriptionMachine
+from poller.subscription.outcomes import Outcome, OutcomeKind
 from poller.subscription.settings import (
     SETTINGS,
     SETTINGS_BY_NAME,
@@ -108,6 +109,8 @@ __all__ = [
     "Command",
     "Deliver",
     "Envelope",
+    "Outcome",
+    "OutcomeKind",
     "Park",
     "Position",
     "ReplayDone",

@@ -256,7 +256,9 @@ def test_round_robin_loses_nothing_through_consumer_changes_and_kills(
 def test_seek_forward_while_handlers_run_delivers_nothing_read_before_it(
     database_url: str, daemons: DaemonGroup, strategy: str
 ) -> None:
-    total, target_index = 1500, 1000
+    # Round-robin with prefetch hands each slot every 12th message of the buffer (1,000 by
+    # default): the target lies past what can have been read by the time of the seek.
+    total, target_index = 3000, 2500
     with psycopg.connect(database_url) as conn:
         # 48 deliveries in flight for 16 handler threads: most of them wait for a thread.
         administration.create(conn, SUBSCRIPTION, PUBLICATION, "start", settings(strategy, 12, 4))
@@ -362,7 +364,11 @@ def test_subscription_status_and_outbox_status_show_a_busy_pinned_group(
         *("--max-retry-count", str(MAX_RETRY_COUNT), "--retry-backoff-initial", "0.5"),
     )
     write_keyed_messages(database_url, PUBLICATION, 200, keys=100, seed=11)
-    daemon = daemons.start(SUBSCRIPTION, *DAEMON_OPTIONS, handler=SLOW_HANDLER)
+    # in_flight counts what a consumer was handed, started or prefetched: with one delivery
+    # per slot, the counts below check the slots themselves.
+    daemon = daemons.start(
+        SUBSCRIPTION, *DAEMON_OPTIONS, "--prefetch", "1", handler=SLOW_HANDLER
+    )
     # ~60 messages a second: 4 consumers x 2 in flight of a 50 ms handler keep up, and stay
     # busy while the slow CLI processes below run.
     writer = KeyedWriter(database_url, PUBLICATION, keys=100, cap=3000, interval=0.15, seed=11)

@@ -13,6 +13,7 @@ import pytest
 
 from operations.demo.workload import WorkloadShape
 from outbox.positions import START, Position
+from poller.daemon.options import DaemonOptions
 from tests.support.daemons import (
     Daemon,
     DaemonGroup,
@@ -39,11 +40,12 @@ from tests.support.writers import (
 )
 
 # Checkpoints are batched: a crash re-delivers what finished after the last stored one, at
-# most max_checkpoint_count messages plus the one in flight (one consumer, one in flight).
+# most max_checkpoint_count messages plus the slot's run in flight (one consumer, one slot):
+# its acks reach the machine at the run's end or the next tick.
 # Small, so that a term delivers several batches before its kill: a daemon that stored no
 # checkpoint (or stored it late) would re-deliver whole terms and break the bound.
 MAX_CHECKPOINT_COUNT = 20
-IN_FLIGHT = 1
+IN_FLIGHT = DaemonOptions().prefetch
 # A long lease, so that a leader starved of CPU on a busy machine does not lose it between
 # renewals; a killed leader is replaced at once anyway (its session is gone).
 LONG_LEASE = ("--lease-seconds", "8")

@@ -1,20 +1,11 @@
-import asyncio
-import threading
-
 import pytest
 
-from poller.daemon.handlers import HandlerCaller, HandlerNotFoundError, load_handler
+from poller.daemon.handlers import HandlerNotFoundError, load_handler
 from poller.message import Message
-
-calls: list[tuple[str, int]] = []
 
 
 def sync_handler(_message: Message) -> None:
-    calls.append(("sync", threading.get_ident()))
-
-
-async def async_handler(_message: Message) -> None:
-    calls.append(("async", threading.get_ident()))
+    pass
 
 
 NOT_CALLABLE = 3
@@ -55,17 +46,6 @@ def test_bad_handler_specs_name_the_value(spec: str, says: str) -> None:
     assert repr(spec) in str(refused.value)
 
 
-async def test_sync_handlers_run_off_the_event_loop_and_async_ones_on_it() -> None:
-    calls.clear()
-    loop_thread = threading.get_ident()
-    sync_caller, async_caller = HandlerCaller(sync_handler, 2), HandlerCaller(async_handler, 2)
-    await asyncio.gather(sync_caller(a_message()), async_caller(a_message()))
-    sync_caller.close()
-    threads = dict(calls)
-    assert threads["async"] == loop_thread
-    assert threads["sync"] != loop_thread
-
-
 def test_data_is_decoded_only_when_asked() -> None:
     import orjson
 
@@ -74,21 +54,3 @@ def test_data_is_decoded_only_when_asked() -> None:
     with pytest.raises(orjson.JSONDecodeError):
         _ = message.data
     assert a_message().data == {"a": 1}
-
-
-async def test_a_handler_thread_outliving_its_cancelled_delivery_is_waited_for() -> None:
-    release = threading.Event()
-    started = threading.Event()
-
-    def blocking(_message: Message) -> None:
-        started.set()
-        release.wait(5)
-
-    caller = HandlerCaller(blocking, 2)
-    delivery = asyncio.ensure_future(caller(a_message()))
-    await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
-    delivery.cancel()  # the term ended; the thread runs on
-    assert not await caller.wait_quiet(0.1)
-    release.set()
-    assert await caller.wait_quiet(5)
-    caller.close()

@@ -8,11 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from poller.daemon.handlers import HandlerCaller
+from poller.batch_handlers import batch_handler, batch_options
+from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.metrics import HANDLER_BUCKETS, HandlerTally, SubscriptionMetrics
+from poller.daemon.runs import Run
 from poller.message import Message
 from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
 from poller.subscription import SubscriptionSettings
+from tests.unit.daemon.test_handler_caller import always, deliveries
 from tests.unit.daemon.test_handlers import a_message
 
 
@@ -67,8 +70,10 @@ async def test_an_async_handler_stays_async_and_is_timed_to_its_end() -> None:
     observed = metrics.observed(handler)
     assert inspect.iscoroutinefunction(observed)  # HandlerCaller keeps it on the loop
     caller = HandlerCaller(observed, threads=1)
-    with pytest.raises(RetryMessage):
-        await caller(a_message().with_attempt(2))
+    retried = dataclasses.replace(deliveries(1)[0], attempt=2)
+    run = Run([retried], 30.0)
+    await caller(run, always)
+    assert run.outcomes[0].detail == "retry requested by the handler"
     tally = metrics.tally.snapshot()
     assert tally.calls("retry_requested") == 1
     assert tally.sums["retry_requested"] >= 0.03
@@ -105,3 +110,20 @@ def test_a_duration_on_a_bucket_bound_counts_in_that_bucket() -> None:
     assert buckets[2] == 1
     assert buckets[-1] == 1
     assert sum(buckets) == 2
+
+
+async def test_a_batch_handler_stays_a_batch_handler_and_counts_each_message() -> None:
+    @batch_handler(max_batch_size=7, max_batch_wait=0.5)
+    async def handler(messages: list[Message]) -> dict[object, BaseException]:
+        await asyncio.sleep(0.03)
+        return {messages[0].at: ParkMessage("no")}
+
+    metrics = SubscriptionMetrics("sub")
+    observed = metrics.observed(handler)
+    assert batch_options(observed) == batch_options(handler)
+    assert inspect.iscoroutinefunction(observed)
+    caller = HandlerCaller(observed, threads=1)
+    await caller(Run(deliveries(3), 30.0), always)
+    tally = metrics.tally.snapshot()
+    assert (tally.calls("park_requested"), tally.calls("delivered")) == (1, 2)
+    assert tally.sums["delivered"] >= 0.06

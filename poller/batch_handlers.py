@@ -1,0 +1,72 @@
+"""Batch handlers: one call for many messages, for relays and projections that write in bulk.
+
+    @poller.batch_handler(max_batch_size=200, max_batch_wait=0.01)
+    def publish(messages: list[Message]) -> None: ...
+
+Returning None finishes every message of the batch; raising fails them all, each then
+following the retry and park rules (RetryMessage, ParkMessage and SkipMessage apply to all).
+A handler may instead return a mapping from a message's position (`message.at`) to the
+exception that message would have raised; the messages it does not name are finished.
+"""
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from outbox.positions import Position
+from poller.message import Message
+
+BatchOutcomes = Mapping[Position, BaseException]
+"""What a batch handler may return for the messages that did not succeed, by position."""
+
+BatchFunction = Callable[[list[Message]], Any]
+F = TypeVar("F", bound=BatchFunction)
+
+_MARK = "__outbox_batch_options__"
+
+# Beyond these a batch holds a consumer's messages for minutes, or a wait hides a stall.
+MAX_BATCH_SIZE = 10_000
+MAX_BATCH_WAIT = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchOptions:
+    max_batch_size: int
+    """The most messages one call gets."""
+    max_batch_wait: float
+    """Seconds a batch smaller than max_batch_size waits for more before the call (0: none)."""
+
+    def __post_init__(self) -> None:
+        size = self.max_batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_BATCH_SIZE:
+            raise ValueError(
+                f"max_batch_size must be an integer from 1 to {MAX_BATCH_SIZE}, got {size!r}"
+            )
+        wait = self.max_batch_wait
+        if (
+            isinstance(wait, bool)
+            or not isinstance(wait, int | float)
+            or not math.isfinite(wait)
+            or not 0 <= wait <= MAX_BATCH_WAIT
+        ):
+            raise ValueError(
+                f"max_batch_wait must be seconds from 0 to {MAX_BATCH_WAIT:g}, got {wait!r}"
+            )
+
+
+def batch_handler(*, max_batch_size: int = 100, max_batch_wait: float = 0.0) -> Callable[[F], F]:
+    """Mark a function (plain or async) that takes a list of messages as a batch handler."""
+    options = BatchOptions(max_batch_size, max_batch_wait)
+
+    def mark(function: F) -> F:
+        setattr(function, _MARK, options)
+        return function
+
+    return mark
+
+
+def batch_options(handler: object) -> BatchOptions | None:
+    """The options a handler was marked with by `batch_handler`; None for one-message handlers."""
+    options = getattr(handler, _MARK, None)
+    return options if isinstance(options, BatchOptions) else None

@@ -1,0 +1,192 @@
+"""Calling the handler over a run: async handlers on the loop, plain ones on a thread.
+
+A plain `def` handler goes through a whole run on one pool thread: one hop there and one back
+per run, not per message. A batch handler gets the run as one list.
+"""
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
+
+from poller.batch_handlers import BatchOptions, batch_options
+from poller.daemon.handlers import Handler, is_async
+from poller.daemon.runs import MayStart, Run, outcome_of
+from poller.message import Message
+from poller.subscription import Deliver, Envelope, Outcome, OutcomeKind
+
+_ACKED = OutcomeKind.ACKED
+
+
+class HandlerCaller:
+    """Runs a subscription's handler over runs of deliveries, so a blocking handler never
+    stalls reading, leases or checkpoints."""
+
+    def __init__(self, handler: Handler, threads: int) -> None:
+        self._handler = handler
+        self.batch: BatchOptions | None = batch_options(handler)
+        self._pool = None if is_async(handler) else ThreadPoolExecutor(threads, "outbox-handler")
+        # Runs on threads outlive a cancelled term; a new term waits for them so a key is
+        # never handled twice at once within this process.
+        self._running: dict[int, Run] = {}  # by thread id
+        self._running_lock = threading.Lock()
+        self._quiet = asyncio.Event()  # set (from the last thread to finish) when none runs
+
+    async def __call__(self, run: Run, may_start: MayStart) -> None:
+        """Call the handler on the run's deliveries, recording their outcomes in it;
+        `may_start(delivery)` is asked right before each starts (on the handler's thread)."""
+        if self._pool is None:
+            if self.batch is None:
+                await self._run_async(run, may_start)
+            else:
+                await self._run_batch_async(run, may_start)
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._pool, self._on_thread, loop, run, may_start)
+
+    async def _run_async(self, run: Run, may_start: MayStart) -> None:
+        handler = self._handler
+        while (command := run.claim(may_start)) is not None:
+            try:
+                await handler(delivered_message(command))
+            except (Exception, SystemExit) as error:  # the handler's failure is data
+                outcome = outcome_of(command.delivery_id, error)
+            else:
+                outcome = Outcome(command.delivery_id, _ACKED)
+            if not run.ended(outcome):
+                return
+
+    async def _run_batch_async(self, run: Run, may_start: MayStart) -> None:
+        commands = run.claim_all(may_start)
+        if not commands:
+            return
+        messages = [delivered_message(command) for command in commands]
+        try:
+            result = await self._handler(messages)
+        except (Exception, SystemExit) as error:
+            run.ended_batch([outcome_of(command.delivery_id, error) for command in commands])
+        else:
+            run.ended_batch(batch_outcomes(commands, messages, result))
+
+    def _on_thread(self, loop: asyncio.AbstractEventLoop, run: Run, may_start: MayStart) -> None:
+        thread = threading.get_ident()
+        with self._running_lock:
+            self._running[thread] = run
+        try:
+            if self.batch is None:
+                self._run_sync(loop, run, may_start)
+            else:
+                self._run_batch_sync(loop, run, may_start)
+        finally:
+            with self._running_lock:
+                del self._running[thread]
+                quiet = not self._running
+            if quiet:
+                loop.call_soon_threadsafe(self._quiet.set)
+
+    def _run_sync(self, loop: asyncio.AbstractEventLoop, run: Run, may_start: MayStart) -> None:
+        handler = self._handler
+        while (command := run.claim(may_start)) is not None:
+            try:
+                result = handler(delivered_message(command))
+                if inspect.isawaitable(result):  # a plain def that returns an awaitable
+                    _await_on(loop, result)
+            except (Exception, SystemExit) as error:  # the handler's failure is data
+                outcome = outcome_of(command.delivery_id, error)
+            else:
+                outcome = Outcome(command.delivery_id, _ACKED)
+            if not run.ended(outcome):
+                return
+
+    def _run_batch_sync(
+        self, loop: asyncio.AbstractEventLoop, run: Run, may_start: MayStart
+    ) -> None:
+        commands = run.claim_all(may_start)
+        if not commands:
+            return
+        messages = [delivered_message(command) for command in commands]
+        try:
+            result = self._handler(messages)
+            if inspect.isawaitable(result):
+                result = _await_on(loop, result)
+        except (Exception, SystemExit) as error:
+            run.ended_batch([outcome_of(command.delivery_id, error) for command in commands])
+        else:
+            run.ended_batch(batch_outcomes(commands, messages, result))
+
+    def running(self) -> list[Message]:
+        """The messages whose handlers run on a thread right now."""
+        with self._running_lock:
+            runs = list(self._running.values())
+        return [
+            delivered_message(command)
+            for run in runs
+            if (current := run.current) is not None
+            for command in current[0]
+        ]
+
+    async def wait_quiet(self, timeout: float) -> bool:
+        """Wait until no handler thread runs; False if some still do after `timeout`."""
+        with self._running_lock:
+            if not self._running:
+                return True
+            # A thread that ends after this line schedules set() behind this coroutine's step.
+            self._quiet.clear()
+        try:
+            await asyncio.wait_for(self._quiet.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def batch_outcomes(
+    commands: list[Deliver], messages: list[Message], result: object
+) -> list[Outcome]:
+    """A batch handler's return: None (all done) or a mapping of positions to exceptions."""
+    if result is None:
+        return [Outcome(command.delivery_id, _ACKED) for command in commands]
+    if not isinstance(result, Mapping):
+        error: BaseException = TypeError(
+            f"a batch handler returns None or a mapping of message positions to exceptions,"
+            f" not a {type(result).__name__}"
+        )
+        return [outcome_of(command.delivery_id, error) for command in commands]
+    failures = cast(Mapping[object, object], result)
+    batch = {message.at for message in messages}
+    if strays := [position for position in failures if position not in batch]:
+        error = ValueError(f"a batch handler named positions not in its batch: {strays[:3]!r}")
+        return [outcome_of(command.delivery_id, error) for command in commands]
+    outcomes = []
+    for command, message in zip(commands, messages, strict=True):
+        failure = failures.get(message.at)
+        if failure is not None and not isinstance(failure, BaseException):
+            failure = TypeError(f"a batch handler's outcome must be an exception, not {failure!r}")
+        outcomes.append(outcome_of(command.delivery_id, failure))
+    return outcomes
+
+
+def delivered_message(command: Deliver) -> Message:
+    message = payload_message(command.envelope)
+    if message.delivery_attempt != command.attempt:
+        message = message.with_attempt(command.attempt)
+    return message
+
+
+def payload_message(envelope: Envelope) -> Message:
+    """The machine carries the daemon's Message as an opaque payload; the term put it there."""
+    return cast(Message, envelope.payload)
+
+
+def _await_on(loop: asyncio.AbstractEventLoop, result: Awaitable[Any]) -> Any:
+    """Await on the daemon's loop from a handler thread, which waits for the result."""
+
+    async def awaited() -> Any:
+        return await result
+
+    return asyncio.run_coroutine_threadsafe(awaited(), loop).result()

@@ -1,0 +1,135 @@
+"""A run: the deliveries one consumer slot goes through in order, in one hop to its thread.
+
+The slot's thread (or coroutine) claims deliveries one at a time; the event loop may cut the
+run at any moment (a handler overran message_timeout), and then gets back exactly the
+deliveries that had not started, to withdraw. The lock makes "started" and "withdrawn"
+exclusive: no delivery is both run and handed back.
+"""
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from poller.daemon.handlers import HandlerExited
+from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
+from poller.subscription import Deliver, Outcome, OutcomeKind
+
+MayStart = Callable[[Deliver], bool]
+
+_ACKED = OutcomeKind.ACKED
+
+
+class Run:
+    __slots__ = (
+        "_cut",
+        "_lock",
+        "_next",
+        "_timeout",
+        "broken",
+        "commands",
+        "current",
+        "outcomes",
+        "reported",
+        "reported_outcomes",
+    )
+
+    def __init__(self, commands: list[Deliver], message_timeout: float) -> None:
+        self.commands = commands
+        self._timeout = message_timeout
+        self.broken = False
+        """A delivery did not succeed, or ran so long that the machine may have failed it:
+        nothing queued behind the run may start before its retry."""
+        self.outcomes: list[Outcome] = []
+        """Outcomes of the started deliveries, in the order they ended (appended on the
+        handler's thread: a list append is atomic, so the loop reads it without a lock)."""
+        self.reported_outcomes = 0
+        self.current: tuple[Sequence[Deliver], float] | None = None
+        """What runs now and since when (time.monotonic()); one attribute, so a reader on
+        another thread never pairs one delivery with another's start time."""
+        self.reported: Sequence[Deliver] | None = None
+        """The `current` deliveries whose start the machine has been told of."""
+        self._lock = threading.Lock()
+        self._next = 0
+        self._cut = False
+
+    def claim(self, may_start: MayStart) -> Deliver | None:
+        """The next delivery to run, now marked current; None when the run is over or cut
+        (`may_start` refusing a delivery cuts the run there)."""
+        with self._lock:
+            if self._cut or self._next == len(self.commands):
+                return None
+            command = self.commands[self._next]
+            if not may_start(command):
+                self._cut = True
+                return None
+            self._next += 1
+        self.current = ((command,), time.monotonic())
+        return command
+
+    def claim_all(self, may_start: MayStart) -> list[Deliver]:
+        """Every delivery up to the first `may_start` refuses, for one batch call."""
+        with self._lock:
+            claimed = []
+            for command in self.commands[self._next :]:
+                if self._cut or not may_start(command):
+                    self._cut = True
+                    break
+                claimed.append(command)
+            self._next += len(claimed)
+        if claimed:
+            self.current = (claimed, time.monotonic())
+        return claimed
+
+    def ended(self, outcome: Outcome) -> bool:
+        """Record the outcome of the delivery `claim` returned last; False if the run must
+        stop here."""
+        self.outcomes.append(outcome)
+        if outcome.kind is not _ACKED or self._overran():
+            self.broken = True
+        return not self.broken
+
+    def ended_batch(self, outcomes: list[Outcome]) -> None:
+        """Record the outcomes of the deliveries `claim_all` returned."""
+        self.outcomes += outcomes
+        if self._overran() or any(outcome.kind is not _ACKED for outcome in outcomes):
+            self.broken = True
+
+    def _overran(self) -> bool:
+        # Timed from the claim, which is no later than the start the machine times from:
+        # shorter than message_timeout here means the machine cannot have failed it.
+        current, self.current = self.current, None
+        return current is not None and time.monotonic() - current[1] >= self._timeout
+
+    def unreported(self) -> list[Outcome]:
+        """The outcomes recorded since the last call (on the event loop only): a long run's
+        acks reach the machine by the next tick, not only at its end."""
+        outcomes = self.outcomes
+        end = len(outcomes)
+        new = outcomes[self.reported_outcomes : end]
+        self.reported_outcomes = end
+        return new
+
+    def cut(self) -> list[Deliver]:
+        """No delivery starts any more; the ones that had not, which the caller withdraws."""
+        with self._lock:
+            self._cut = True
+            rest = self.commands[self._next :]
+            self._next = len(self.commands)
+        return rest
+
+
+def outcome_of(delivery_id: int, error: BaseException | None) -> Outcome:
+    """A handler's return (None) or exception, as the machine takes it."""
+    if error is None or isinstance(error, SkipMessage):
+        return Outcome(delivery_id, _ACKED)
+    if isinstance(error, ParkMessage):
+        return Outcome(delivery_id, OutcomeKind.PARK_REQUESTED, error.reason)
+    if isinstance(error, RetryMessage):
+        return Outcome(delivery_id, OutcomeKind.FAILED, "retry requested by the handler")
+    if isinstance(error, SystemExit):
+        error = HandlerExited(error.code)
+    return Outcome(delivery_id, OutcomeKind.FAILED, f"{type(error).__name__}: {error}")
+
+
+def withdrawn(commands: Sequence[Deliver]) -> list[Outcome]:
+    return [Outcome(command.delivery_id, OutcomeKind.WITHDRAWN) for command in commands]

@@ -1,0 +1,248 @@
+"""Runs through the handler caller: one hop per run, the run stops where a delivery did not
+succeed, batch handlers' outcomes, and "started" and "withdrawn" never both for one delivery."""
+
+import asyncio
+import datetime
+import threading
+from typing import Any
+
+import pytest
+
+from outbox.positions import Position
+from poller.batch_handlers import batch_handler
+from poller.daemon.handler_caller import HandlerCaller
+from poller.daemon.runs import Run, withdrawn
+from poller.message import Message
+from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
+from poller.subscription import Deliver, Envelope, OutcomeKind
+
+ACKED, FAILED = OutcomeKind.ACKED, OutcomeKind.FAILED
+PARK, WITHDRAWN = OutcomeKind.PARK_REQUESTED, OutcomeKind.WITHDRAWN
+
+
+def deliveries(count: int) -> list[Deliver]:
+    commands = []
+    for n in range(1, count + 1):
+        message = Message(
+            position=n,
+            transaction_id=7,
+            publication="p",
+            message_id=f"m{n}",
+            message_type="T",
+            partition_key=None,
+            data_text=f'{{"n": {n}}}',
+            headers_text="{}",
+            appended_at=datetime.datetime.now(datetime.UTC),
+        )
+        commands.append(Deliver(0, Envelope(message.at, None, message), 1, 0, n))
+    return commands
+
+
+def always(_command: Deliver) -> bool:
+    return True
+
+
+async def run_through(handler: Any, run: Run, threads: int = 2) -> list[tuple[int, OutcomeKind]]:
+    caller = HandlerCaller(handler, threads)
+    try:
+        await caller(run, always)
+    finally:
+        caller.close()
+    outcomes = run.outcomes + withdrawn(run.cut())
+    return [(outcome.delivery_id, outcome.kind) for outcome in outcomes]
+
+
+async def test_a_plain_handler_goes_through_a_whole_run_on_one_thread() -> None:
+    threads: list[int] = []
+    loop_thread = threading.get_ident()
+
+    def handler(_message: Message) -> None:
+        threads.append(threading.get_ident())
+
+    outcomes = await run_through(handler, Run(deliveries(5), 30.0))
+    assert outcomes == [(n, ACKED) for n in range(1, 6)]
+    assert len(set(threads)) == 1
+    assert threads[0] != loop_thread
+
+
+async def test_an_async_handler_runs_on_the_loop() -> None:
+    threads: list[int] = []
+
+    async def handler(_message: Message) -> None:
+        threads.append(threading.get_ident())
+
+    assert await run_through(handler, Run(deliveries(3), 30.0)) == [(n, ACKED) for n in (1, 2, 3)]
+    assert set(threads) == {threading.get_ident()}
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("error", "outcome"),
+    [
+        (ValueError("no"), FAILED),
+        (RetryMessage(), FAILED),
+        (ParkMessage("bad"), PARK),
+        (SystemExit(3), FAILED),
+    ],
+)
+async def test_a_run_stops_at_the_first_delivery_that_did_not_succeed(
+    kind: str, error: BaseException, outcome: OutcomeKind
+) -> None:
+    """What follows it is handed back unstarted, so nothing runs ahead of its retry."""
+    called: list[int] = []
+
+    def sync_handler(message: Message) -> None:
+        called.append(message.position)
+        if message.position == 2:
+            raise error
+
+    async def async_handler(message: Message) -> None:
+        sync_handler(message)
+
+    run = Run(deliveries(4), 30.0)
+    handler = sync_handler if kind == "sync" else async_handler
+    outcomes = await run_through(handler, run)
+    assert outcomes == [(1, ACKED), (2, outcome), (3, WITHDRAWN), (4, WITHDRAWN)]
+    assert called == [1, 2]
+    assert run.broken
+
+
+async def test_a_skip_is_a_success_and_the_run_goes_on() -> None:
+    def handler(message: Message) -> None:
+        if message.position == 1:
+            raise SkipMessage
+
+    run = Run(deliveries(2), 30.0)
+    assert await run_through(handler, run) == [(1, ACKED), (2, ACKED)]
+    assert not run.broken
+
+
+async def test_a_refused_start_cuts_the_run_there() -> None:
+    """A seek while a run waited: the deliveries of the old epoch are never called."""
+    called: list[int] = []
+    caller = HandlerCaller(lambda message: called.append(message.position), 1)
+    run = Run(deliveries(4), 30.0)
+    await caller(run, lambda command: command.delivery_id < 3)
+    caller.close()
+    assert called == [1, 2]
+    assert [command.delivery_id for command in run.cut()] == [3, 4]
+
+
+async def test_a_delivery_longer_than_message_timeout_breaks_the_run() -> None:
+    """The machine may have failed it already: its retry must not queue behind the rest."""
+
+    def slow(_message: Message) -> None:
+        threading.Event().wait(0.05)
+
+    run = Run(deliveries(3), 0.01)
+    assert await run_through(slow, run) == [(1, ACKED), (2, WITHDRAWN), (3, WITHDRAWN)]
+    assert run.broken
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_batch_handler_gets_the_run_as_one_list(kind: str) -> None:
+    batches: list[list[int]] = []
+
+    def record(messages: list[Message]) -> None:
+        batches.append([message.position for message in messages])
+
+    async def record_async(messages: list[Message]) -> None:
+        record(messages)
+
+    handler = batch_handler(max_batch_size=10)(record if kind == "sync" else record_async)
+    assert await run_through(handler, Run(deliveries(4), 30.0)) == [(n, ACKED) for n in range(1, 5)]
+    assert batches == [[1, 2, 3, 4]]
+
+
+async def test_a_batch_that_raises_fails_every_message() -> None:
+    @batch_handler()
+    def handler(_messages: list[Message]) -> None:
+        raise ParkMessage("poison")
+
+    run = Run(deliveries(3), 30.0)
+    assert await run_through(handler, run) == [(n, PARK) for n in (1, 2, 3)]
+    assert {outcome.detail for outcome in run.outcomes} == {"poison"}
+
+
+async def test_a_batch_handler_reports_outcomes_by_position() -> None:
+    @batch_handler()
+    def handler(messages: list[Message]) -> dict[Position, BaseException]:
+        return {messages[1].at: RetryMessage(), messages[2].at: ParkMessage("no")}
+
+    outcomes = await run_through(handler, Run(deliveries(4), 30.0))
+    assert outcomes == [(1, ACKED), (2, FAILED), (3, PARK), (4, ACKED)]
+
+
+@pytest.mark.parametrize(
+    ("returned", "says"),
+    [
+        ([], "not a list"),
+        ({Position(1, 99): ValueError()}, "not in its batch"),
+    ],
+)
+async def test_a_batch_handler_returning_nonsense_fails_the_batch(
+    returned: object, says: str
+) -> None:
+    @batch_handler()
+    def handler(_messages: list[Message]) -> object:
+        return returned
+
+    run = Run(deliveries(2), 30.0)
+    assert await run_through(handler, run) == [(1, FAILED), (2, FAILED)]
+    assert says in run.outcomes[0].detail
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"max_batch_size": 0}, "max_batch_size"),
+        ({"max_batch_size": True}, "max_batch_size"),
+        ({"max_batch_wait": -1}, "max_batch_wait"),
+        ({"max_batch_wait": float("nan")}, "max_batch_wait"),
+    ],
+)
+def test_bad_batch_options_name_the_value(options: dict[str, Any], says: str) -> None:
+    with pytest.raises(ValueError, match=says) as refused:
+        batch_handler(**options)
+    assert repr(next(iter(options.values()))) in str(refused.value)
+
+
+async def test_a_handler_thread_outliving_its_cancelled_run_is_waited_for() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def blocking(_message: Message) -> None:
+        started.set()
+        release.wait(5)
+
+    caller = HandlerCaller(blocking, 2)
+    delivery = asyncio.ensure_future(caller(Run(deliveries(1), 30.0), always))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+    delivery.cancel()  # the term ended; the thread runs on
+    assert [message.position for message in caller.running()] == [1]
+    assert not await caller.wait_quiet(0.1)
+    release.set()
+    assert await caller.wait_quiet(5)
+    caller.close()
+
+
+def test_no_delivery_is_both_started_and_withdrawn_when_a_cut_races_the_run() -> None:
+    """The loop cuts an overrunning run while its thread claims the next delivery."""
+    for _ in range(200):
+        run = Run(deliveries(50), 30.0)
+        started: list[int] = []
+        go = threading.Event()
+
+        def claim_all_it_can(
+            run: Run = run, started: list[int] = started, go: threading.Event = go
+        ) -> None:
+            go.wait()
+            while (command := run.claim(always)) is not None:
+                started.append(command.delivery_id)
+
+        thread = threading.Thread(target=claim_all_it_can)
+        thread.start()
+        go.set()
+        handed_back = [command.delivery_id for command in run.cut()]
+        thread.join()
+        assert sorted(started + handed_back) == list(range(1, 51))
