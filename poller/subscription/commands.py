@@ -6,7 +6,8 @@ from outbox.positions import Position
 from poller.subscription.envelope import Envelope
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Not frozen, as Envelope: one is built per delivery. Nothing changes one once made.
+@dataclasses.dataclass(slots=True)
 class Deliver:
     """Hand `envelope` to `consumer`; report the outcome with `delivery_id`.
 
