@@ -319,7 +319,9 @@ def consume_under_load(
         if not wait_until(lambda: "probe" in handled_at, timeout=60):
             raise RuntimeError(f"{publication}: the consumer did not start within 60 s")
         start, committed = write_paced(writers, publication, rate, seconds)
-        wait_until(lambda: all(k in handled_at for k in committed), timing.drain_timeout)
+        # Only this publication's messages reach handled_at, the probe and the committed ones,
+        # so a count says when all are in (and costs the consumer no GIL time, unlike a scan).
+        wait_until(lambda: len(handled_at) > len(committed), timing.drain_timeout)
     return Run(seconds, start, committed, handled_at)
 
 
@@ -346,7 +348,8 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
     measurements = [Measurement("solo rate R", SOLO, solo, "tx/s", note="outbox.append per tx")]
     for percent in timing.seconds_by_percent:
         measurements += latency_rows(percent, solo, runs)
-    return measurements + lag_rows(max(timing.seconds_by_percent), runs, timing.sample_every)
+        measurements += lag_rows(percent, runs, timing.sample_every)
+    return measurements
 
 
 AIMS = {(50, SYNC_DAEMON, "p50"): "aim p50 <= 3 ms", (50, SYNC_DAEMON, "p99"): "aim p99 <= 15 ms"}
