@@ -6,6 +6,7 @@ baseline variant of its group, measured in the same run, and the harness prints
 value / baseline beside it.
 """
 
+import statistics
 from dataclasses import dataclass
 
 
@@ -18,3 +19,9 @@ class Measurement:
     baseline: str | None = None  # variant of the same group this one is compared with
     note: str = ""
     higher_is_better: bool = True
+
+
+def percentiles(latencies: list[float]) -> tuple[float, float, float]:
+    """p50, p95 and p99 of latencies in seconds, in milliseconds."""
+    cuts = statistics.quantiles(latencies, n=100)
+    return cuts[49] * 1000, cuts[94] * 1000, cuts[98] * 1000

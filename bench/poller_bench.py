@@ -1,6 +1,5 @@
 """The daemon against the raw query: drain rate of a backlog, and commit-to-handler latency."""
 
-import statistics
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -10,7 +9,7 @@ import psycopg
 
 import outbox
 import poller
-from bench.common import Measurement
+from bench.common import Measurement, percentiles
 from outbox.positions import START, Position
 from outbox.queries import QUERIES
 from poller import administration
@@ -193,11 +192,6 @@ def write_steadily(
             next_at += interval
             time.sleep(max(0.0, next_at - time.perf_counter()))
     return committed
-
-
-def percentiles(latencies: list[float]) -> tuple[float, float, float]:
-    cuts = statistics.quantiles(latencies, n=100)
-    return cuts[49] * 1000, cuts[94] * 1000, cuts[98] * 1000
 
 
 def daemon_latency(database_url: str, seconds: float, notify: bool) -> tuple[float, float, float]:

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-from bench import writers_bench
+from bench import load_bench, writers_bench
 from tests.support.databases import PROJECT_ROOT
 
 
@@ -62,6 +62,21 @@ def test_retention_benchmark_compares_partitions_with_delete(database_server: st
         "dead",
         "ATTACH PARTITION",  # the variant names wrap in the table; these words stay together
         "PARTITION OF",
+    ):
+        assert text in output
+    assert re.search(r"\d\.\d\dx", output)
+
+
+def test_load_benchmark_reports_latency_and_lag_under_paced_writers(database_server: str) -> None:
+    output = run_bench(database_server, "load")
+    for text in (
+        "solo rate R",
+        "p50 at 50% of R",
+        "p99 at 90% of R",
+        "lag growth at 90% of R",
+        "aim p50 <= 3 ms",
+        "aim: flat",
+        *load_bench.CONSUMERS,
     ):
         assert text in output
     assert re.search(r"\d\.\d\dx", output)
