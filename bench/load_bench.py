@@ -42,7 +42,7 @@ from poller import administration
 from poller.daemon.background import DaemonThread
 from poller.daemon.handlers import Handler
 from poller.message import Message
-from poller.store.message_reads import read_batch
+from poller.store.message_reads import prepare_reader, read_batch
 
 TITLE = "Load: commit-to-handler latency with 16 writer processes at a share of their solo rate"
 
@@ -204,6 +204,7 @@ def bare_loop(url: str, publication: str, handled_at: HandledAt) -> Iterator[Non
     def poll() -> None:
         after = START
         with psycopg.connect(url, autocommit=True) as conn:
+            prepare_reader(conn)  # the read connection as the daemon sets it up
             while not stop.is_set():
                 for message in read_batch(conn, publication, after, BATCH):
                     handled_at[message.message_id] = time.monotonic()
