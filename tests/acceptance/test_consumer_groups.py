@@ -366,9 +366,7 @@ def test_subscription_status_and_outbox_status_show_a_busy_pinned_group(
     write_keyed_messages(database_url, PUBLICATION, 200, keys=100, seed=11)
     # in_flight counts what a consumer was handed, started or prefetched: with one delivery
     # per slot, the counts below check the slots themselves.
-    daemon = daemons.start(
-        SUBSCRIPTION, *DAEMON_OPTIONS, "--prefetch", "1", handler=SLOW_HANDLER
-    )
+    daemon = daemons.start(SUBSCRIPTION, *DAEMON_OPTIONS, "--prefetch", "1", handler=SLOW_HANDLER)
     # ~60 messages a second: 4 consumers x 2 in flight of a 50 ms handler keep up, and stay
     # busy while the slow CLI processes below run.
     writer = KeyedWriter(database_url, PUBLICATION, keys=100, cap=3000, interval=0.15, seed=11)

@@ -44,7 +44,9 @@ def test_poller_and_consumer_group_benchmarks_report_ratios(database_server: str
     output = run_bench(database_server, "poller", "subscriptions")
     for variant in (
         "raw read_batch query",
-        "daemon, defaults (1 in flight)",
+        "daemon, def handler no-op",
+        "daemon, async def handler no-op",
+        "daemon, batch handler no-op",
         "daemon, adaptive polling (default)",
         "daemon, writers notify=True",
         "pinned, 32 consumers, 1 ms handler",
