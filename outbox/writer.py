@@ -161,7 +161,7 @@ def _plan_one(publication: str, message: EncodedMessage, notify: bool) -> Plan:
             },
         )
     else:
-        yield _lock_message_ids(publication, [message.message_id])
+        # One call: outbox.append_message locks the id, looks it up, and inserts if it is new.
         rows = yield (
             _APPEND_MESSAGE,
             {
