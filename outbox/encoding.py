@@ -61,9 +61,14 @@ def json_default(value: Any) -> Any:
 
 
 # orjson hands datetimes and dataclasses to the hook, so they encode exactly as `json_default`
-# says (isoformat, dataclasses.asdict); the UUIDs, enums and str/int/dict/list subclasses it
-# encodes itself come out as `json_default` and the json module would write them.
+# says (isoformat, dataclasses.asdict). What it encodes itself (UUIDs, enums, subclasses of
+# str, int, dict and list) comes out as `json_default` and the json module would write it.
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+# json.dumps builds an encoder per call when given options; the built-in hook's is made once.
+_DEFAULT_ENCODER = json.JSONEncoder(
+    default=json_default, allow_nan=False, ensure_ascii=False, separators=(",", ":")
+)
 
 
 def encode_json(field: str, value: Any, default: JsonDefault = json_default) -> str:
@@ -72,10 +77,9 @@ def encode_json(field: str, value: Any, default: JsonDefault = json_default) -> 
         fast = _encode_with_orjson(value)
         if fast is not None:
             return fast
+    encoder = _DEFAULT_ENCODER if default is json_default else _encoder(default)
     try:
-        text = json.dumps(
-            value, default=default, allow_nan=False, ensure_ascii=False, separators=(",", ":")
-        )
+        text = encoder.encode(value)
     except (TypeError, ValueError) as error:
         raise InvalidMessageError(field, value, f"cannot be encoded as JSON: {error}") from None
     except RecursionError:
@@ -95,6 +99,12 @@ def encode_json(field: str, value: Any, default: JsonDefault = json_default) -> 
             f"{field}{path}", found, "contains \\u0000, which PostgreSQL jsonb cannot store"
         )
     return text
+
+
+def _encoder(default: JsonDefault) -> json.JSONEncoder:
+    return json.JSONEncoder(
+        default=default, allow_nan=False, ensure_ascii=False, separators=(",", ":")
+    )
 
 
 def _encode_with_orjson(value: Any) -> str | None:
