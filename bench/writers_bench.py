@@ -6,7 +6,13 @@ than threads, so no GIL caps the rate. The Python clients still share the machin
 the server, so (b0), the same append hand-written in psycopg, is the control: (b) against (b0)
 is what the library costs; (b0) against the raw SQL reference is what the client costs.
 
-Order: within a writer count, rounds run a, b0, b, c, d, e, f, then the reverse, and so on, so
+(b) passes no message_id, so like (b0) it inserts under a fresh UUID with no duplicate check:
+the two run the same INSERT. (b1) passes an explicit message_id, which buys the idempotent
+append (a repeated id writes nothing): a transaction-level advisory lock on the id, then a
+lookup before the insert, because no unique index can span the partitions. (b0) has no such
+check, so (b1) against (b0) is what idempotency costs, not what the library costs.
+
+Order: within a writer count, rounds run a, b0, b, b1, c, d, e, f, then the reverse, and so on, so
 a drift in machine load (2 cores, shared) falls on every variant alike. Every variant starts on
 truncated tables, so none pays for rows an earlier one left behind.
 """
@@ -14,6 +20,7 @@ truncated tables, so none pays for rows an earlier one left behind.
 import contextlib
 import math
 import multiprocessing
+import os
 import statistics
 import time
 import uuid
@@ -39,6 +46,7 @@ BATCH_SIZE = 10
 BUSINESS = "(a) business insert"
 RAW_APPEND = "(b0) + INSERT, no library"
 APPEND = "(b) + outbox.append"
+APPEND_WITH_ID = "(b1) + append(message_id=...)"
 GAPLESS = "(c) + gapless counter"
 LOCKED = "(d) + LOCK TABLE EXCLUSIVE"
 NOTIFY = "(e) + append(notify=True)"
@@ -115,6 +123,12 @@ def append(conn: Conn, n: int) -> None:
     outbox.append(conn, PUBLICATION, "OrderPlaced", _order(conn, n))
 
 
+def append_with_id(conn: Conn, n: int) -> None:
+    # Unique within a round (tables are truncated between rounds): the process and its count.
+    message_id = f"order-{os.getpid()}-{n}"
+    outbox.append(conn, PUBLICATION, "OrderPlaced", _order(conn, n), message_id=message_id)
+
+
 def gapless(conn: Conn, n: int) -> None:
     data = _order(conn, n)
     # Two statements, as a gapless writer does it: the counter row stays locked from here to
@@ -146,6 +160,7 @@ VARIANTS: dict[str, Step] = {
     BUSINESS: business,
     RAW_APPEND: raw_append,
     APPEND: append,
+    APPEND_WITH_ID: append_with_id,
     GAPLESS: gapless,
     LOCKED: locked,
     NOTIFY: notify,
@@ -287,7 +302,12 @@ def _group(count: int, cells: dict[tuple[int, str], Cell]) -> list[Measurement]:
     notes = {
         BUSINESS: note(BUSINESS),
         RAW_APPEND: note(RAW_APPEND, beaten_by_append(RAW_APPEND)),
-        APPEND: note(APPEND),
+        APPEND: note(APPEND, "same INSERT as (b0): fresh ids, no duplicate check"),
+        APPEND_WITH_ID: note(
+            APPEND_WITH_ID,
+            f"{_ratio(rate[APPEND_WITH_ID], rate[RAW_APPEND]):.2f}x (b0)",
+            "a duplicate check (b0) lacks",
+        ),
         GAPLESS: note(GAPLESS, beaten_by_append(GAPLESS)),
         LOCKED: note(LOCKED, beaten_by_append(LOCKED)),
         NOTIFY: note(NOTIFY),

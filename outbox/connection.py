@@ -36,9 +36,10 @@ def _check_driver(driver: str) -> None:
 
 def fetch_all(conn: SyncConnection, query: LiteralString, params: Mapping[str, Any]) -> Rows:
     if isinstance(conn, psycopg.Connection):
-        with conn.cursor() as cursor:
-            cursor.execute(query, params)
-            return cursor.fetchall() if cursor.description else []
+        # conn.execute rather than a cursor block, and rownumber rather than description (which
+        # builds a Column per column on every call): the writer runs this once per append.
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.rownumber is not None else []
     from sqlalchemy import Connection as AlchemyConnection
     from sqlalchemy.orm import Session
 
@@ -55,9 +56,8 @@ async def fetch_all_async(
     conn: AsyncConnection, query: LiteralString, params: Mapping[str, Any]
 ) -> Rows:
     if isinstance(conn, psycopg.AsyncConnection):
-        async with conn.cursor() as cursor:
-            await cursor.execute(query, params)
-            return await cursor.fetchall() if cursor.description else []
+        cursor = await conn.execute(query, params)
+        return await cursor.fetchall() if cursor.rownumber is not None else []
     from sqlalchemy.ext.asyncio import AsyncConnection as AlchemyAsyncConnection
     from sqlalchemy.ext.asyncio import AsyncSession
 

@@ -2,7 +2,7 @@
 -- line saying what it does, then the statement. Loaded once by outbox/queries.py.
 
 -- lock_message_ids --
--- Locks each (publication, message_id) until commit, in key order so two batches cannot deadlock; the lookup that follows, a statement of its own, then sees any duplicate committed meanwhile (partitions make a unique index across them impossible).
+-- Locks each (publication, message_id) of a batch until commit, in key order so two batches cannot deadlock; the lookup that follows, a statement of its own, then sees any duplicate committed meanwhile (partitions make a unique index across them impossible). outbox.append_message takes the same key for a single append.
 SELECT count(pg_advisory_xact_lock(lock_key))
 FROM (SELECT DISTINCT hashtextextended(
           length(%(publication)s) || ':' || %(publication)s || message_id, 0) AS lock_key
@@ -10,22 +10,9 @@ FROM (SELECT DISTINCT hashtextextended(
       ORDER BY lock_key) AS keys
 
 -- append_message --
--- Appends one message; returns its position, or the existing position for a repeated message_id (lock_message_ids first).
-WITH existing AS (
-    SELECT position FROM outbox.messages
-    WHERE publication_id = %(publication)s AND message_id = %(message_id)s
-),
-inserted AS (
-    INSERT INTO outbox.messages
-        (publication_id, message_id, message_type, partition_key, data, headers)
-    SELECT %(publication)s, %(message_id)s, %(message_type)s, %(partition_key)s,
-           %(data)s::jsonb, %(headers)s::jsonb
-    WHERE NOT EXISTS (SELECT FROM existing)
-    RETURNING position
-)
-SELECT position FROM inserted
-UNION ALL
-SELECT position FROM existing
+-- Appends one message with the caller's message_id in one round trip (lock, lookup, insert: see outbox.append_message); returns its position, or the existing position for a repeated id.
+SELECT outbox.append_message(%(publication)s, %(message_id)s, %(message_type)s, %(partition_key)s,
+                             %(data)s::jsonb, %(headers)s::jsonb)
 
 -- append_new_message --
 -- Appends one message whose id was just generated (a fresh UUID cannot collide, so no conflict check).

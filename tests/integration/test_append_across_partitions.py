@@ -47,10 +47,19 @@ def _batch(conn: psycopg.Connection[Any], message_id: str) -> int:
     return outbox.append_many(conn, "orders", messages)[1]
 
 
-@pytest.mark.parametrize("append", [_single, _batch], ids=["append", "append_many"])
+Append = Callable[[psycopg.Connection[Any], str], int]
+
+
+# A single append locks inside outbox.append_message, a batch in a statement of its own: the
+# mixed pairs prove the two take the same lock.
+@pytest.mark.parametrize(
+    ("append", "second"),
+    [(_single, _single), (_batch, _batch), (_batch, _single), (_single, _batch)],
+    ids=["append", "append_many", "append_many-then-append", "append-then-append_many"],
+)
 @pytest.mark.parametrize("first_commits", [True, False], ids=["commit", "rollback"])
 def test_a_duplicate_in_the_next_partition_waits_for_the_first_and_then_agrees(
-    database_url: str, append: Callable[[psycopg.Connection[Any], str], int], first_commits: bool
+    database_url: str, append: Append, second: Append, first_commits: bool
 ) -> None:
     use_small_partitions(database_url, SIZE, ahead=3)
     with psycopg.connect(database_url) as conn:
@@ -69,8 +78,8 @@ def test_a_duplicate_in_the_next_partition_waits_for_the_first_and_then_agrees(
         outbox.append_many(first, "orders", [NewMessage("T", {}) for _ in range(5)])
 
         def second_append() -> None:
-            with psycopg.connect(database_url) as second:
-                results["second"] = append(second, "order-42")
+            with psycopg.connect(database_url) as other:
+                results["second"] = second(other, "order-42")
 
         thread = threading.Thread(target=second_append)
         thread.start()

@@ -8,7 +8,7 @@ import uuid
 import pydantic
 import pytest
 
-from outbox.encoding import MAX_JSON_DEPTH, encode_json
+from outbox.encoding import MAX_JSON_DEPTH, encode_json, json_default
 from outbox.errors import InvalidMessageError
 
 
@@ -148,3 +148,35 @@ def test_the_limit_itself_is_not_called_too_deep() -> None:
     with pytest.raises(InvalidMessageError, match="at this call depth") as refused:
         encode_json("data", nested(MAX_JSON_DEPTH))
     assert refused.value.field == "data"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"order_id": 42, "total": "99.50", "lines": [{"sku": "a", "qty": 2}], "paid": True},
+        {"big": 2**70, "small": -(2**64)},  # beyond orjson's 64 bits
+        {1: "int key", None: "null key", 2.5: "float key"},  # keys orjson refuses
+        {"at": datetime.datetime(2026, 1, 2, 3, 4, 5, 6), "line": Line("s", decimal.Decimal(1))},
+        {"colour": Colour.RED, "id": uuid.UUID(int=7), "note": None, "ratio": 1e16},
+        nested(300),  # deeper than orjson goes
+    ],
+)
+def test_the_fast_encoder_agrees_with_the_json_module(value: object) -> None:
+    def same_hook(item: object) -> object:
+        return json_default(item)  # not json_default itself, so the json module encodes
+
+    assert json.loads(encode_json("data", value)) == json.loads(
+        encode_json("data", value, same_hook)
+    )
+
+
+@pytest.mark.parametrize("value", [{"a": float("nan")}, [float("-inf")]])
+def test_floats_json_cannot_hold_are_refused_though_orjson_writes_them_as_null(
+    value: object,
+) -> None:
+    with pytest.raises(InvalidMessageError, match="cannot be encoded as JSON"):
+        encode_json("data", value)
+
+
+def test_a_null_beside_a_float_is_kept() -> None:
+    assert encode_json("data", {"x": [1.5, None]}) == '{"x":[1.5,null]}'

@@ -1,10 +1,20 @@
 """What a publication or subscription name (check_name) and a message type, id or key
-(check_text) may be."""
+(check_text) may be, and the ids the writer makes when none is given."""
+
+import uuid
 
 import pytest
 
+from outbox import messages
 from outbox.errors import InvalidMessageError
-from outbox.messages import MAX_NAME_LENGTH, check_name, check_text
+from outbox.messages import (
+    check_name,
+    check_name_once,
+    check_text,
+    check_text_once,
+    fresh_message_id,
+)
+from outbox.names import MAX_NAME_LENGTH
 
 
 @pytest.mark.parametrize(
@@ -86,3 +96,27 @@ def test_ids_and_keys_postgresql_cannot_store_are_refused(text: object, reason: 
     with pytest.raises(InvalidMessageError) as refused:
         check_text("partition_key", text)
     assert reason in str(refused.value)
+
+
+def test_a_fresh_message_id_is_a_random_uuid_as_text() -> None:
+    made = {fresh_message_id() for _ in range(1000)}
+    assert len(made) == 1000
+    for text in made:
+        parsed = uuid.UUID(text)
+        assert (str(parsed), parsed.version, parsed.variant) == (text, 4, uuid.RFC_4122)
+
+
+def test_a_name_that_passed_once_is_not_checked_again_but_a_bad_one_always_is() -> None:
+    assert check_name_once("publication", "orders") == "orders"
+    assert check_name_once("publication", "orders") == "orders"
+    for _ in range(2):
+        with pytest.raises(InvalidMessageError):
+            check_name_once("publication", "orders\n")
+        with pytest.raises(InvalidMessageError):
+            check_text_once("message_type", "")
+
+
+def test_the_names_remembered_stay_bounded() -> None:
+    for index in range(3000):
+        check_text_once("message_type", f"Type{index}")
+    assert 0 < len(messages._PASSED_TEXTS) <= messages._MAX_REMEMBERED
