@@ -15,28 +15,8 @@ from poller.message import Message
 
 
 def message_from_row(row: tuple[Any, ...]) -> Message:
-    (
-        position,
-        transaction_id,
-        publication,
-        message_id,
-        message_type,
-        key,
-        data,
-        headers,
-        appended_at,
-    ) = row
-    return Message(
-        position=position,
-        transaction_id=transaction_id,
-        publication=publication,
-        message_id=message_id,
-        message_type=message_type,
-        partition_key=key,
-        data_text=data,
-        headers_text=headers,
-        appended_at=appended_at,
-    )
+    """A Message from the columns of the read query (`{{message_columns}}`), in their order."""
+    return Message.from_row(row)
 
 
 # outbox.messages is partitioned, so the read's order comes from merging each partition's
