@@ -49,7 +49,9 @@ def test_counters_and_gauges_move_as_messages_are_delivered_failed_and_parked(
         if number == 3:
             raise RuntimeError("always fails")
 
-    options = with_port()
+    # One delivery per run, so the five behind the held one stay buffered rather than
+    # prefetched into its run (where in_flight would count them).
+    options = dataclasses.replace(with_port(), prefetch=1)
     port = options.metrics_port
     assert port is not None
     with DaemonThread(database_url, ["sub"], handler, options):
