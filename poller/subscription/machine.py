@@ -187,25 +187,6 @@ class SubscriptionMachine:
                 self._park(message, outcome.detail, out)
         return self._settle(out)
 
-    def acked(self, delivery_id: int, now: float) -> list[Command]:
-        """The handler succeeded. A late or stale ack frees its consumer (and key), no more."""
-        return self.finished([Outcome(delivery_id, OutcomeKind.ACKED)], now)
-
-    def failed(self, delivery_id: int, error: str, now: float) -> list[Command]:
-        """The handler failed: retry after the backoff, or park after max_retry_count."""
-        return self.finished([Outcome(delivery_id, OutcomeKind.FAILED, error)], now)
-
-    def requested_retry(self, delivery_id: int, now: float) -> list[Command]:
-        """The handler asked for a retry; it counts as an attempt, so it cannot loop forever."""
-        return self.failed(delivery_id, "retry requested by the handler", now)
-
-    def requested_park(self, delivery_id: int, reason: str, now: float) -> list[Command]:
-        return self.finished([Outcome(delivery_id, OutcomeKind.PARK_REQUESTED, reason)], now)
-
-    def requested_skip(self, delivery_id: int, now: float) -> list[Command]:
-        """The handler chose to drop the message: it is finished, like an ack."""
-        return self.acked(delivery_id, now)
-
     def started(self, delivery_ids: Sequence[int], now: float) -> list[Command]:
         """These deliveries' handlers began; message_timeout runs from now.
 
@@ -221,14 +202,6 @@ class SubscriptionMachine:
                 delivery.deadline = deadline
                 self._deadlines[delivery_id] = delivery
         return self._settle(out)
-
-    def withdrawn(self, delivery_id: int, now: float) -> list[Command]:
-        """The daemon dropped this delivery before its handler started (e.g. sought away
-        while it waited for a thread): not an attempt. Its consumer and key are freed; its
-        message, if its outcome still counts, goes back ahead of what waits. Ignored for a
-        started, ended or unknown id.
-        """
-        return self.finished([Outcome(delivery_id, OutcomeKind.WITHDRAWN)], now)
 
     def tick(self, now: float) -> list[Command]:
         """Time passed: timeouts, due retries, the checkpoint's time rule."""

@@ -4,6 +4,8 @@ from poller.subscription import (
     Command,
     Deliver,
     Envelope,
+    Outcome,
+    OutcomeKind,
     Position,
     Strategy,
     SubscriptionMachine,
@@ -64,3 +66,36 @@ def key_owned_by(consumer: int, consumers: int, *, not_in: tuple[str, ...] = ())
         if key not in not_in and owner_of(key, consumers) == consumer:
             return key
     raise AssertionError(f"no key owned by {consumer} of {consumers}")
+
+
+# One outcome at a time: the daemon reports whole runs through `finished`; these spell the
+# single events the example and property tests step through.
+
+
+def acked(machine: SubscriptionMachine, delivery_id: int, now: float) -> list[Command]:
+    return machine.finished([Outcome(delivery_id, OutcomeKind.ACKED)], now)
+
+
+def failed(machine: SubscriptionMachine, delivery_id: int, error: str, now: float) -> list[Command]:
+    return machine.finished([Outcome(delivery_id, OutcomeKind.FAILED, error)], now)
+
+
+def requested_retry(machine: SubscriptionMachine, delivery_id: int, now: float) -> list[Command]:
+    """As the daemon reports a handler's Retry: a failure, so it counts as an attempt."""
+    return failed(machine, delivery_id, "retry requested by the handler", now)
+
+
+def requested_park(
+    machine: SubscriptionMachine, delivery_id: int, reason: str, now: float
+) -> list[Command]:
+    return machine.finished([Outcome(delivery_id, OutcomeKind.PARK_REQUESTED, reason)], now)
+
+
+def requested_skip(machine: SubscriptionMachine, delivery_id: int, now: float) -> list[Command]:
+    """As the daemon reports a handler's Skip: finished, like an ack."""
+    return acked(machine, delivery_id, now)
+
+
+def withdrawn(machine: SubscriptionMachine, delivery_id: int, now: float) -> list[Command]:
+    """Dropped before its handler started: not an attempt."""
+    return machine.finished([Outcome(delivery_id, OutcomeKind.WITHDRAWN)], now)

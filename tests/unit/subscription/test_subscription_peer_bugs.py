@@ -13,6 +13,7 @@ from poller.subscription import (
     owner_of,
 )
 from tests.unit.subscription.support import (
+    acked,
     at,
     delivered,
     deliveries,
@@ -42,7 +43,7 @@ def test_kurrentdb_5497_pinned_skip_keeps_checkpoint_below_skipped_message() -> 
     assert (passing.consumer, passing.envelope.position) == (1, at(2))
     assert machine.buffered_count == 1
 
-    assert machine.acked(passing.delivery_id, 1.0) == []  # no WriteCheckpoint(at(2))
+    assert acked(machine, passing.delivery_id, 1.0) == []  # no WriteCheckpoint(at(2))
     assert machine.checkpoint == START
 
     # A crash now restarts from the stored checkpoint, and 1 is read and delivered again.
@@ -50,11 +51,11 @@ def test_kurrentdb_5497_pinned_skip_keeps_checkpoint_below_skipped_message() -> 
     commands = restarted.messages_read([message(1, skipped_key), message(2, other_key)], 0, 1.5)
     assert delivered(commands) == [(0, at(1)), (1, at(2))]
 
-    commands = machine.acked(replayed.delivery_id, 2.0)
+    commands = acked(machine, replayed.delivery_id, 2.0)
     assert commands[0] == ReplayDone(Position(0, 9), 0)
     skipped = only_delivery(commands)
     assert (skipped.consumer, skipped.envelope.position) == (0, at(1))
-    assert machine.acked(skipped.delivery_id, 3.0) == [WriteCheckpoint(at(2), 0)]
+    assert acked(machine, skipped.delivery_id, 3.0) == [WriteCheckpoint(at(2), 0)]
 
 
 @pytest.mark.parametrize("move", ["checkpoint_written", "seek", "admin_skip", "admin_skip_to"])
@@ -76,7 +77,7 @@ def test_pulsar_25627_checkpoint_move_does_not_release_draining_key(move: str) -
     assert machine.draining_keys == frozenset({key})
 
     if move == "checkpoint_written":
-        commands = machine.acked(other_delivery, 2.0)
+        commands = acked(machine, other_delivery, 2.0)
         assert commands == [WriteCheckpoint(at(1), 0)]
         commands = machine.checkpoint_written(at(1), 0, 2.0)
     elif move == "seek":
@@ -91,7 +92,7 @@ def test_pulsar_25627_checkpoint_move_does_not_release_draining_key(move: str) -
     assert delivered(commands) == []  # the key is still draining on its old owner
     assert machine.draining_keys == frozenset({key})
 
-    commands = machine.acked(key_delivery, 3.0)
+    commands = acked(machine, key_delivery, 3.0)
     expected = at(2) if move == "seek" else at(3)  # the seek re-read at(2)
     assert delivered(commands) == [(new_owner, expected)]
     assert machine.draining_keys == frozenset()
@@ -104,7 +105,7 @@ def test_pulsar_pip84_seek_drops_reads_and_acks_from_before_the_seek() -> None:
     machine = make_machine(make_settings(Strategy.ROUND_ROBIN, consumers=1, max_in_flight=1))
     commands = machine.messages_read([message(1), message(2), message(3)], 0, 0.0)
     first = only_delivery(commands).delivery_id
-    commands = machine.acked(first, 1.0)
+    commands = acked(machine, first, 1.0)
     second = only_delivery(commands).delivery_id
     assert commands[-1] == WriteCheckpoint(at(1), 0)
     machine.checkpoint_written(at(1), 0, 1.0)
@@ -119,7 +120,7 @@ def test_pulsar_pip84_seek_drops_reads_and_acks_from_before_the_seek() -> None:
     assert machine.next_read_position == START
 
     # The old delivery's ack frees the consumer but neither finishes nor checkpoints.
-    assert machine.acked(second, 3.0) == []
+    assert acked(machine, second, 3.0) == []
     assert machine.checkpoint == START
 
     commands = machine.messages_read([message(1), message(2)], 1, 4.0)

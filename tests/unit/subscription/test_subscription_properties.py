@@ -44,6 +44,14 @@ from poller.subscription import (
     owner_of,
 )
 from poller.subscription.outcomes import Outcome, OutcomeKind
+from tests.unit.subscription.support import (
+    acked,
+    failed,
+    requested_park,
+    requested_retry,
+    requested_skip,
+    withdrawn,
+)
 
 KEYS = ("a", "b", "c", "d", None)
 TIMEOUT = 5.0
@@ -538,7 +546,7 @@ class SubscriptionModel(RuleBasedStateMachine):
         if self.answered:
             delivery_id = data.draw(st.sampled_from(self.answered), "answered delivery")
             self._expire()
-            self._call(lambda: self.machine.acked(delivery_id, self.now))
+            self._call(lambda: acked(self.machine, delivery_id, self.now))
 
     def read_in_a_stale_epoch(self, data: st.DataObject) -> None:
         if self.epoch > 0 and self.outbox:
@@ -657,10 +665,10 @@ class SubscriptionModel(RuleBasedStateMachine):
         delivery_id = data.draw(st.sampled_from(waiting), "withdrawn")
         if self._fifo():
             # Whatever stops a delivery before it starts stops all behind it too.
-            withdrawn = [delivery_id, *self._queued_behind(delivery_id)]
+            stopped = [delivery_id, *self._queued_behind(delivery_id)]
             self._expire()
             outcomes = []
-            for i in withdrawn:
+            for i in stopped:
                 if i in self.flights and self.flights[i].deadline is None:
                     self.hand.discard(i)
                     self._end_withdrawn(self.flights[i])
@@ -670,7 +678,7 @@ class SubscriptionModel(RuleBasedStateMachine):
         self._expire()
         self.hand.discard(delivery_id)
         self._end_withdrawn(self.flights[delivery_id])
-        self._call(lambda: self.machine.withdrawn(delivery_id, self.now))
+        self._call(lambda: withdrawn(self.machine, delivery_id, self.now))
 
     def _start(self, ids: list[int]) -> None:
         self._expire()
@@ -739,11 +747,11 @@ class SubscriptionModel(RuleBasedStateMachine):
             self._end(self.flights[delivery_id], outcome)
         m, now = self.machine, self.now
         events = {
-            "ack": lambda: m.acked(delivery_id, now),
-            "fail": lambda: m.failed(delivery_id, "boom", now),
-            "retry": lambda: m.requested_retry(delivery_id, now),
-            "park": lambda: m.requested_park(delivery_id, "poison", now),
-            "skip": lambda: m.requested_skip(delivery_id, now),
+            "ack": lambda: acked(m, delivery_id, now),
+            "fail": lambda: failed(m, delivery_id, "boom", now),
+            "retry": lambda: requested_retry(m, delivery_id, now),
+            "park": lambda: requested_park(m, delivery_id, "poison", now),
+            "skip": lambda: requested_skip(m, delivery_id, now),
         }
         self._call(events[outcome])
 

@@ -4,12 +4,18 @@ import pytest
 
 from poller.subscription import START, Park, Strategy, WriteCheckpoint
 from tests.unit.subscription.support import (
+    acked,
     at,
     deliveries,
+    failed,
     make_machine,
     make_settings,
     message,
     only_delivery,
+    requested_park,
+    requested_retry,
+    requested_skip,
+    withdrawn,
 )
 
 
@@ -25,14 +31,14 @@ def test_a_failed_message_is_redelivered_exactly_after_its_backoff() -> None:
     machine = make_machine(settings)
     first = only_delivery(machine.messages_read([message(1)], 0, 0.0))
 
-    assert machine.failed(first.delivery_id, "boom", 10.0) == []
+    assert failed(machine, first.delivery_id, "boom", 10.0) == []
     assert machine.retry_queue_length == 1
     assert machine.tick(10.49) == []
     second = only_delivery(machine.tick(10.5))
     assert (second.envelope.position, second.attempt) == (at(1), 2)
     assert machine.retry_queue_length == 0
 
-    assert machine.failed(second.delivery_id, "boom", 20.0) == []
+    assert failed(machine, second.delivery_id, "boom", 20.0) == []
     assert machine.tick(20.99) == []
     assert only_delivery(machine.tick(21.0)).attempt == 3
 
@@ -49,12 +55,12 @@ def test_a_timed_out_delivery_is_retried_and_its_late_ack_ignored() -> None:
     assert machine.in_flight_by_consumer == {}
 
     # The handler finishes after the timeout: too late, the message is being retried.
-    assert machine.acked(first.delivery_id, 30.05) == []
+    assert acked(machine, first.delivery_id, 30.05) == []
     assert machine.checkpoint == START
     retry = only_delivery(machine.tick(30.0 + settings.retry_backoff_initial))
     assert retry.attempt == 2
     machine.started([retry.delivery_id], 30.5)
-    assert machine.acked(retry.delivery_id, 31.0) == [WriteCheckpoint(at(1), 0)]
+    assert acked(machine, retry.delivery_id, 31.0) == [WriteCheckpoint(at(1), 0)]
 
 
 def test_a_message_is_parked_after_max_retry_count_attempts() -> None:
@@ -64,12 +70,12 @@ def test_a_message_is_parked_after_max_retry_count_attempts() -> None:
     delivery = only_delivery(machine.messages_read([message(1)], 0, now))
     for attempt in (1, 2):
         assert delivery.attempt == attempt
-        assert machine.failed(delivery.delivery_id, f"boom {attempt}", now) == []
+        assert failed(machine, delivery.delivery_id, f"boom {attempt}", now) == []
         now += 1.0
         delivery = only_delivery(machine.tick(now))
 
     assert delivery.attempt == 3
-    (park,) = machine.failed(delivery.delivery_id, "boom 3", now)
+    (park,) = failed(machine, delivery.delivery_id, "boom 3", now)
     assert isinstance(park, Park)
     assert (park.envelope.position, park.attempts, park.replayed) == (at(1), 3, False)
     assert "boom 3" in park.reason
@@ -84,7 +90,7 @@ def test_a_message_is_parked_after_max_retry_count_attempts() -> None:
 def test_handler_requested_park_is_immediate_and_durable_before_finished() -> None:
     machine = make_machine(make_settings(Strategy.ROUND_ROBIN))
     delivery = only_delivery(machine.messages_read([message(1)], 0, 0.0))
-    commands = machine.requested_park(delivery.delivery_id, "poison pill", 1.0)
+    commands = requested_park(machine, delivery.delivery_id, "poison pill", 1.0)
     assert commands == [Park(message(1), 1, "poison pill", 0)]
     assert machine.checkpoint == START
     assert machine.buffered_count == 1
@@ -95,16 +101,16 @@ def test_handler_requested_park_is_immediate_and_durable_before_finished() -> No
 def test_handler_requested_skip_finishes_the_message() -> None:
     machine = make_machine(make_settings(Strategy.ROUND_ROBIN))
     delivery = only_delivery(machine.messages_read([message(1)], 0, 0.0))
-    assert machine.requested_skip(delivery.delivery_id, 1.0) == [WriteCheckpoint(at(1), 0)]
+    assert requested_skip(machine, delivery.delivery_id, 1.0) == [WriteCheckpoint(at(1), 0)]
 
 
 def test_handler_requested_retry_counts_as_an_attempt() -> None:
     settings = make_settings(Strategy.ROUND_ROBIN, max_retry_count=2)
     machine = make_machine(settings)
     delivery = only_delivery(machine.messages_read([message(1)], 0, 0.0))
-    assert machine.requested_retry(delivery.delivery_id, 1.0) == []
+    assert requested_retry(machine, delivery.delivery_id, 1.0) == []
     delivery = only_delivery(machine.tick(1.0 + settings.retry_backoff_initial))
-    (park,) = machine.requested_retry(delivery.delivery_id, 2.0)
+    (park,) = requested_retry(machine, delivery.delivery_id, 2.0)
     assert isinstance(park, Park)
     assert park.attempts == 2
 
@@ -112,10 +118,10 @@ def test_handler_requested_retry_counts_as_an_attempt() -> None:
 def test_unknown_and_repeated_outcomes_are_ignored() -> None:
     machine = make_machine(make_settings(Strategy.ROUND_ROBIN))
     delivery = only_delivery(machine.messages_read([message(1)], 0, 0.0))
-    assert machine.acked(12345, 1.0) == []
-    assert machine.acked(delivery.delivery_id, 1.0) == [WriteCheckpoint(at(1), 0)]
-    assert machine.failed(delivery.delivery_id, "late", 1.0) == []
-    assert machine.requested_park(delivery.delivery_id, "late", 1.0) == []
+    assert acked(machine, 12345, 1.0) == []
+    assert acked(machine, delivery.delivery_id, 1.0) == [WriteCheckpoint(at(1), 0)]
+    assert failed(machine, delivery.delivery_id, "late", 1.0) == []
+    assert requested_park(machine, delivery.delivery_id, "late", 1.0) == []
     assert machine.checkpoint == at(1)
     assert machine.retry_queue_length == 0
 
@@ -146,7 +152,7 @@ def test_the_timeout_runs_from_the_handlers_start_in_start_order() -> None:
     machine.started([first.delivery_id, 12345], 100.5)  # unknown ids are ignored
     machine.tick(101.0)
     assert machine.in_flight_by_consumer == {0: 1}  # second timed out; first runs on
-    retry = only_delivery(machine.acked(first.delivery_id, 101.4))  # after its backoff
+    retry = only_delivery(acked(machine, first.delivery_id, 101.4))  # after its backoff
     assert (retry.envelope.position, retry.attempt) == (at(2), 2)
     assert machine.checkpoint == at(1)
 
@@ -155,10 +161,10 @@ def test_a_withdrawn_delivery_is_not_an_attempt() -> None:
     settings = make_settings(Strategy.ROUND_ROBIN, consumers=1, max_retry_count=1)
     machine = make_machine(settings)
     first = only_delivery(machine.messages_read([message(1), message(2)], 0, 0.0))
-    again = only_delivery(machine.withdrawn(first.delivery_id, 1.0))
+    again = only_delivery(withdrawn(machine, first.delivery_id, 1.0))
     assert (again.envelope.position, again.attempt) == (at(1), 1)  # not parked, not at(2)
     machine.started([again.delivery_id], 1.0)
-    assert machine.withdrawn(again.delivery_id, 1.5) == []  # started: too late to withdraw
+    assert withdrawn(machine, again.delivery_id, 1.5) == []  # started: too late to withdraw
     assert machine.in_flight_by_consumer == {0: 1}
 
 
@@ -166,7 +172,7 @@ def test_a_delivery_sought_away_before_it_started_frees_its_consumer_only() -> N
     machine = make_machine(make_settings(Strategy.ROUND_ROBIN, consumers=1))
     first = only_delivery(machine.messages_read([message(1)], 0, 0.0))
     machine.seek(START, 1, 1.0)
-    assert machine.withdrawn(first.delivery_id, 1.5) == []
+    assert withdrawn(machine, first.delivery_id, 1.5) == []
     assert machine.in_flight_by_consumer == {}
     redelivered = only_delivery(machine.messages_read([message(1)], 1, 2.0))
     assert (redelivered.epoch, redelivered.attempt) == (1, 1)

@@ -3,9 +3,11 @@ after it is touched (what `outbox skip --to` asks of a running leader)."""
 
 from poller.subscription import START, Strategy, WriteCheckpoint
 from tests.unit.subscription.support import (
+    acked,
     at,
     delivered,
     deliveries,
+    failed,
     key_owned_by,
     make_machine,
     make_settings,
@@ -35,11 +37,11 @@ def test_messages_after_the_target_keep_their_deliveries_unlike_a_seek() -> None
     machine.checkpoint_written(at(2), 0, 1.0)
     assert machine.epoch == 0  # a seek would raise it and deliver 3 again
     # 1's late ack frees its slot for 4 and finishes nothing; 3's ack still counts.
-    commands = machine.acked(first, 2.0)
+    commands = acked(machine, first, 2.0)
     assert delivered(commands) == [(0, at(4))]
     assert machine.checkpoint == at(2)
-    assert WriteCheckpoint(at(3), 0) in machine.acked(third, 3.0)
-    assert delivered(machine.acked(second, 4.0)) == []
+    assert WriteCheckpoint(at(3), 0) in acked(machine, third, 3.0)
+    assert delivered(acked(machine, second, 4.0)) == []
     assert machine.checkpoint == at(3)  # 4 is in flight
 
 
@@ -48,7 +50,7 @@ def test_a_message_backing_off_at_or_before_the_target_is_never_retried() -> Non
         make_settings(Strategy.ROUND_ROBIN, consumers=1, retry_backoff_initial=1.0)
     )
     delivery = only_delivery(machine.messages_read([message(1), message(2)], 0, 0.0))
-    assert delivered(machine.failed(delivery.delivery_id, "boom", 0.5)) == []  # 1 backs off
+    assert delivered(failed(machine, delivery.delivery_id, "boom", 0.5)) == []  # 1 backs off
     assert machine.retry_queue_length == 1
     commands = machine.admin_skip_to(at(1), 0.6)
     assert delivered(commands) == [(0, at(2))]  # strict order: 2 waited behind 1
@@ -59,7 +61,7 @@ def test_a_message_backing_off_at_or_before_the_target_is_never_retried() -> Non
 def test_skipping_behind_the_checkpoint_or_twice_changes_nothing() -> None:
     machine = make_machine(make_settings(Strategy.ROUND_ROBIN, consumers=1))
     delivery = only_delivery(machine.messages_read([message(1), message(2)], 0, 0.0))
-    machine.acked(delivery.delivery_id, 1.0)
+    acked(machine, delivery.delivery_id, 1.0)
     machine.checkpoint_written(at(1), 0, 1.0)
     before = (machine.checkpoint, machine.next_read_position, machine.buffered_count)
     assert machine.admin_skip_to(START, 2.0) == []
@@ -81,4 +83,4 @@ def test_pinned_key_waits_for_its_skipped_delivery_then_gets_the_next_message() 
     commands = machine.messages_read([message(1, key), message(2, key), message(3, key)], 0, 0.0)
     running = only_delivery(commands)
     assert delivered(machine.admin_skip_to(at(2), 1.0)) == []  # 3 waits for 1's delivery
-    assert delivered(machine.acked(running.delivery_id, 2.0)) == [(0, at(3))]
+    assert delivered(acked(machine, running.delivery_id, 2.0)) == [(0, at(3))]
