@@ -11,8 +11,8 @@ exception that message would have raised; the messages it does not name are fini
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from outbox.positions import Position
 from poller.message import Message
@@ -70,3 +70,31 @@ def batch_options(handler: object) -> BatchOptions | None:
     """The options a handler was marked with by `batch_handler`; None for one-message handlers."""
     options = getattr(handler, _MARK, None)
     return options if isinstance(options, BatchOptions) else None
+
+
+def batch_failures(messages: Sequence[Message], result: object) -> list[BaseException | None]:
+    """Each message's failure (None: finished) from what a batch handler returned.
+
+    The daemon and its metrics both read a return through this, so they never disagree. A
+    malformed return fails the whole batch with an error that says what was wrong with it.
+    """
+    if result is None:
+        return [None] * len(messages)
+    if not isinstance(result, Mapping):
+        error: BaseException = TypeError(
+            f"a batch handler returns None or a mapping of message positions to exceptions,"
+            f" not a {type(result).__name__}"
+        )
+        return [error] * len(messages)
+    failures = cast(Mapping[object, object], result)
+    batch = {message.at for message in messages}
+    if strays := [position for position in failures if position not in batch]:
+        error = ValueError(f"a batch handler named positions not in its batch: {strays[:3]!r}")
+        return [error] * len(messages)
+    found: list[BaseException | None] = []
+    for message in messages:
+        failure = failures.get(message.at)
+        if failure is not None and not isinstance(failure, BaseException):
+            failure = TypeError(f"a batch handler's outcome must be an exception, not {failure!r}")
+        found.append(failure)
+    return found

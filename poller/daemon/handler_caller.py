@@ -6,18 +6,21 @@ per run, not per message. A batch handler gets the run as one list.
 
 import asyncio
 import inspect
+import logging
 import threading
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
-from poller.batch_handlers import BatchOptions, batch_options
+from poller.batch_handlers import BatchOptions, batch_failures, batch_options
 from poller.daemon.handlers import Handler, is_async
-from poller.daemon.runs import MayStart, Run, outcome_of
+from poller.daemon.runs import HANDLER_REQUESTS, MayStart, Run, outcome_of
 from poller.message import Message
 from poller.subscription import Deliver, Envelope, Outcome, OutcomeKind
 
 _ACKED = OutcomeKind.ACKED
+
+log = logging.getLogger(__name__)
 
 
 class HandlerCaller:
@@ -49,9 +52,11 @@ class HandlerCaller:
     async def _run_async(self, run: Run, may_start: MayStart) -> None:
         handler = self._handler
         while (command := run.claim(may_start)) is not None:
+            message = delivered_message(command)
             try:
-                await handler(delivered_message(command))
+                await handler(message)
             except (Exception, SystemExit) as error:  # the handler's failure is data
+                _log_failure(message, error)
                 outcome = outcome_of(command.delivery_id, error)
             else:
                 outcome = Outcome(command.delivery_id, _ACKED)
@@ -66,6 +71,7 @@ class HandlerCaller:
         try:
             result = await self._handler(messages)
         except (Exception, SystemExit) as error:
+            _log_failure(messages, error)
             run.ended_batch([outcome_of(command.delivery_id, error) for command in commands])
         else:
             run.ended_batch(batch_outcomes(commands, messages, result))
@@ -89,11 +95,13 @@ class HandlerCaller:
     def _run_sync(self, loop: asyncio.AbstractEventLoop, run: Run, may_start: MayStart) -> None:
         handler = self._handler
         while (command := run.claim(may_start)) is not None:
+            message = delivered_message(command)
             try:
-                result = handler(delivered_message(command))
+                result = handler(message)
                 if inspect.isawaitable(result):  # a plain def that returns an awaitable
                     _await_on(loop, result)
             except (Exception, SystemExit) as error:  # the handler's failure is data
+                _log_failure(message, error)
                 outcome = outcome_of(command.delivery_id, error)
             else:
                 outcome = Outcome(command.delivery_id, _ACKED)
@@ -112,6 +120,7 @@ class HandlerCaller:
             if inspect.isawaitable(result):
                 result = _await_on(loop, result)
         except (Exception, SystemExit) as error:
+            _log_failure(messages, error)
             run.ended_batch([outcome_of(command.delivery_id, error) for command in commands])
         else:
             run.ended_batch(batch_outcomes(commands, messages, result))
@@ -149,26 +158,13 @@ def batch_outcomes(
     commands: list[Deliver], messages: list[Message], result: object
 ) -> list[Outcome]:
     """A batch handler's return: None (all done) or a mapping of positions to exceptions."""
-    if result is None:
+    if result is None:  # the common case, without a list of Nones
         return [Outcome(command.delivery_id, _ACKED) for command in commands]
-    if not isinstance(result, Mapping):
-        error: BaseException = TypeError(
-            f"a batch handler returns None or a mapping of message positions to exceptions,"
-            f" not a {type(result).__name__}"
-        )
-        return [outcome_of(command.delivery_id, error) for command in commands]
-    failures = cast(Mapping[object, object], result)
-    batch = {message.at for message in messages}
-    if strays := [position for position in failures if position not in batch]:
-        error = ValueError(f"a batch handler named positions not in its batch: {strays[:3]!r}")
-        return [outcome_of(command.delivery_id, error) for command in commands]
-    outcomes = []
-    for command, message in zip(commands, messages, strict=True):
-        failure = failures.get(message.at)
-        if failure is not None and not isinstance(failure, BaseException):
-            failure = TypeError(f"a batch handler's outcome must be an exception, not {failure!r}")
-        outcomes.append(outcome_of(command.delivery_id, failure))
-    return outcomes
+    failures = batch_failures(messages, result)
+    return [
+        outcome_of(command.delivery_id, failure)
+        for command, failure in zip(commands, failures, strict=True)
+    ]
 
 
 def delivered_message(command: Deliver) -> Message:
@@ -181,6 +177,12 @@ def delivered_message(command: Deliver) -> Message:
 def payload_message(envelope: Envelope) -> Message:
     """The machine carries the daemon's Message as an opaque payload; the term put it there."""
     return cast(Message, envelope.payload)
+
+
+def _log_failure(subject: Message | list[Message], error: BaseException) -> None:
+    """The traceback, for whoever debugs a handler; the outcome carries only its message."""
+    if not isinstance(error, HANDLER_REQUESTS):
+        log.debug("handler failed on %r", subject, exc_info=error)
 
 
 def _await_on(loop: asyncio.AbstractEventLoop, result: Awaitable[Any]) -> Any:

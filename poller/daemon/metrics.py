@@ -18,11 +18,11 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from poller.batch_handlers import batch_handler, batch_options
+from poller.batch_handlers import batch_failures, batch_handler, batch_options
 from poller.daemon.handlers import Handler, is_async
 from poller.daemon.options import DaemonOptions
 from poller.message import Message
@@ -240,15 +240,9 @@ class SubscriptionMetrics:
     ) -> None:
         duration = time.monotonic() - started
         timed_out = duration >= self._message_timeout
-        failures = cast(Mapping[object, object], result) if isinstance(result, Mapping) else {}
-        for message in messages:
-            failure = error or failures.get(message.at)
-            self.tally.call_ended(
-                _outcome(
-                    failure if isinstance(failure, BaseException) else None, timed_out=timed_out
-                ),
-                duration,
-            )
+        failures = [error] * len(messages) if error else batch_failures(messages, result)
+        for failure in failures:
+            self.tally.call_ended(_outcome(failure, timed_out=timed_out), duration)
 
     def _ended(self, started: float, error: BaseException | None) -> None:
         duration = time.monotonic() - started

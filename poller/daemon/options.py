@@ -44,7 +44,7 @@ class DaemonOptions:
     # A run costs one hop to a handler thread and one event in the state machine, however long
     # it is; runs are only as long as what is read, so they cost no latency when writes trickle.
     prefetch: int = _option(
-        64,
+        256,
         "Deliveries a consumer slot takes at once and runs in order (batch handlers:"
         " max_batch_size).",
     )

@@ -118,6 +118,10 @@ class Run:
         return rest
 
 
+HANDLER_REQUESTS = (ParkMessage, RetryMessage, SkipMessage)
+"""Exceptions a handler raises to choose its message's outcome, not because it failed."""
+
+
 def outcome_of(delivery_id: int, error: BaseException | None) -> Outcome:
     """A handler's return (None) or exception, as the machine takes it."""
     if error is None or isinstance(error, SkipMessage):

@@ -246,3 +246,23 @@ def test_no_delivery_is_both_started_and_withdrawn_when_a_cut_races_the_run() ->
         handed_back = [command.delivery_id for command in run.cut()]
         thread.join()
         assert sorted(started + handed_back) == list(range(1, 51))
+
+
+@pytest.mark.parametrize("kind", ["def", "batch"])
+async def test_a_failure_logs_its_traceback_at_debug_and_a_handler_request_does_not(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    errors: list[BaseException] = [RetryMessage(), ZeroDivisionError("the handler's own bug")]
+
+    def handler(_message: Message | list[Message]) -> None:
+        raise errors.pop(0)
+
+    called = batch_handler(max_batch_size=1)(handler) if kind == "batch" else handler
+    caplog.set_level("DEBUG", logger="poller.daemon.handler_caller")
+    await run_through(called, Run(deliveries(1), 30.0))
+    assert caplog.records == []  # RetryMessage chose an outcome; nothing failed
+    await run_through(called, Run(deliveries(1), 30.0))
+    [record] = caplog.records
+    assert record.levelname == "DEBUG"
+    assert record.exc_info is not None
+    assert record.exc_info[0] is ZeroDivisionError

@@ -127,3 +127,41 @@ async def test_a_batch_handler_stays_a_batch_handler_and_counts_each_message() -
     tally = metrics.tally.snapshot()
     assert (tally.calls("park_requested"), tally.calls("delivered")) == (1, 2)
     assert tally.sums["delivered"] >= 0.06
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        ["not", "a", "mapping"],
+        {"no such position": ValueError("boom")},
+        "a string",
+    ],
+)
+def test_a_malformed_batch_return_is_tallied_as_the_daemon_takes_it(result: object) -> None:
+    """Every message failed, as the caller reports them to the machine, not delivered."""
+
+    @batch_handler()
+    def handler(_messages: list[Message]) -> object:
+        return result
+
+    metrics = SubscriptionMetrics("sub")
+    caller = HandlerCaller(metrics.observed(handler), threads=1)
+    run = Run(deliveries(3), 30.0)
+    asyncio.run(caller(run, always))
+    assert [outcome.kind.name for outcome in run.outcomes] == ["FAILED"] * 3
+    tally = metrics.tally.snapshot()
+    assert (tally.calls("failed"), tally.calls("delivered")) == (3, 0)
+
+
+def test_a_batch_return_naming_a_non_exception_fails_that_message_in_the_tally_too() -> None:
+    @batch_handler()
+    def handler(messages: list[Message]) -> object:
+        return {messages[1].at: "not an exception"}
+
+    metrics = SubscriptionMetrics("sub")
+    caller = HandlerCaller(metrics.observed(handler), threads=1)
+    run = Run(deliveries(3), 30.0)
+    asyncio.run(caller(run, always))
+    assert [outcome.kind.name for outcome in run.outcomes] == ["ACKED", "FAILED", "ACKED"]
+    tally = metrics.tally.snapshot()
+    assert (tally.calls("failed"), tally.calls("delivered")) == (1, 2)
