@@ -20,6 +20,7 @@ from rich.table import Table
 
 from bench.common import Measurement
 from outbox import schema_migrations as migrations
+from poller.daemon import garbage_collection
 
 BENCH_DIRECTORY = Path(__file__).parent
 RESULTS_DIRECTORY = BENCH_DIRECTORY / "results"
@@ -74,6 +75,8 @@ def main() -> None:
         p.stem[: -len("_bench")] for p in BENCH_DIRECTORY.glob("*_bench.py")
     )
     url = bench_database(arguments.quick)
+    # As `outbox poll` sets up its process: every daemon row and its baseline run under it.
+    garbage_collection.set_for_daemon()
     console = Console(record=True, width=160)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     python = sys.version.split()[0]

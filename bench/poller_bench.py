@@ -9,7 +9,7 @@ import psycopg
 
 import outbox
 import poller
-from bench.common import Measurement, percentiles
+from bench.common import Measurement, cpython_default_collector, percentiles
 from outbox.positions import START, Position
 from outbox.queries import QUERIES
 from poller import administration
@@ -105,7 +105,7 @@ def batch_handler(countdown: Countdown) -> Callable[[list[Message]], None]:
 HANDLER_KINDS: dict[str, Callable[[Countdown], Callable[[Any], Any]]] = {
     "def handler": sync_handler,
     "async def handler": async_handler,
-    "batch handler": batch_handler,  # a plain def, max_batch_size 100
+    "batch handler": batch_handler,  # a plain def, max_batch_size 500 (the default)
 }
 
 
@@ -148,6 +148,18 @@ def drain(database_url: str, count: int) -> list[Measurement]:
                 note=f"defaults; aim {aims[kind]}",
             )
         )
+    with cpython_default_collector():
+        embedded = daemon_drain_rate(database_url, "drain", count, "def handler")
+    measurements.append(
+        Measurement(
+            group,
+            "def handler, CPython's gc",
+            embedded,
+            "msg/s",
+            "raw read_batch query",
+            note="embedded without set_for_daemon",
+        )
+    )
     wide = daemon_drain_rate(
         database_url,
         "drain",

@@ -55,7 +55,7 @@ class BatchOptions:
             )
 
 
-def batch_handler(*, max_batch_size: int = 100, max_batch_wait: float = 0.0) -> Callable[[F], F]:
+def batch_handler(*, max_batch_size: int = 500, max_batch_wait: float = 0.0) -> Callable[[F], F]:
     """Mark a function (plain or async) that takes a list of messages as a batch handler."""
     options = BatchOptions(max_batch_size, max_batch_wait)
 

@@ -21,6 +21,7 @@ from operations.cli.poll_config import read_poll_config
 from operations.cli.printing import cell, checkpoint_text, console, table
 from operations.cli.retention_printing import print_oldest_holder
 from poller import administration
+from poller.daemon import garbage_collection
 from poller.daemon.handlers import Handler, HandlerNotFoundError, load_handler
 from poller.daemon.options import DaemonOptions, command_line_fields, retention_fields
 from poller.daemon.runner import run_daemon
@@ -110,6 +111,7 @@ def poll(
         for name in names:
             check_pollable(name, administration.get(conn, name))
             ensure_not_restored(conn, name)
+    garbage_collection.set_for_daemon()
     unfinished = asyncio.run(run_daemon(context.database_url, names, handler, options))
     if unfinished:
         exit_without_waiting(unfinished)
