@@ -57,6 +57,7 @@ def raw_read_rate(database_url: str, publication: str, count: int) -> float:
                     **after.query_parameters("after_"),
                     "limit": BATCH,
                 },
+                binary=True,  # as read_batch reads
             ).fetchall()
             seen += len(rows)
             after = Position(rows[-1][1], rows[-1][0])

@@ -17,7 +17,8 @@ class Message:
     `appended_at` is when the message was appended: the writer transaction's start time
     (PostgreSQL's now()), so every message of one transaction has the same one. It dates the
     message and nothing more; delivery is never delayed by it, and delivery order is
-    (transaction_id, position), not this time.
+    (transaction_id, position), not this time. It is an aware datetime; the daemon and
+    catch-up reads give it in UTC.
     """
 
     __slots__ = (

@@ -25,30 +25,39 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
 # a backlog newer than the last ANALYZE), it appends the partitions and sorts all that
 # follows instead, and every page then costs the whole backlog: a 1M-row backlog written in
 # one transaction drained at 2.5k rows/s. Sorts off, it merges whatever it estimates.
-READER_SETTING = "SET enable_sort = off"
+#
+# TimeZone UTC, with rows in binary: psycopg builds `appended_at` on its fast path only for
+# UTC exactly (a named zone, even Etc/UTC, goes through zoneinfo); that datetime was 0.85 of
+# the 1.05 us a row cost to fetch, and binary rows skip parsing the numbers and the time
+# from text. Fetching 500 rows: 1.05 -> 0.29 us a row. `appended_at` is the same instant.
+READER_SETTINGS = ("SET enable_sort = off", "SET TimeZone = 'UTC'")
 
 
 def prepare_reader(conn: psycopg.Connection[Any]) -> None:
     """Set up an autocommit connection that runs the read_batch query (once, after connecting)."""
-    conn.execute(READER_SETTING)
+    for setting in READER_SETTINGS:
+        conn.execute(setting)
 
 
 async def prepare_reader_async(conn: psycopg.AsyncConnection[Any]) -> None:
-    await conn.execute(READER_SETTING)
+    for setting in READER_SETTINGS:
+        await conn.execute(setting)
 
 
 def read_batch(
     conn: psycopg.Connection[Any], publication: str, after: Position, limit: int
 ) -> list[Message]:
     """Up to `limit` committed messages after `after`, in (transaction_id, position) order."""
-    rows = conn.execute(QUERIES["read_batch"], _params(publication, after, limit)).fetchall()
+    query = QUERIES["read_batch"]
+    rows = conn.execute(query, _params(publication, after, limit), binary=True).fetchall()
     return [message_from_row(row) for row in rows]
 
 
 async def read_batch_async(
     conn: psycopg.AsyncConnection[Any], publication: str, after: Position, limit: int
 ) -> list[Message]:
-    cursor = await conn.execute(QUERIES["read_batch"], _params(publication, after, limit))
+    query = QUERIES["read_batch"]
+    cursor = await conn.execute(query, _params(publication, after, limit), binary=True)
     return [message_from_row(row) for row in await cursor.fetchall()]
 
 
