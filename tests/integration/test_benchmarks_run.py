@@ -30,7 +30,9 @@ def run_bench(server: str, *modules: str) -> str:
 
 
 def test_writers_benchmark_reports_every_variant_with_ratios(database_server: str) -> None:
-    output = run_bench(database_server, "writers")
+    # After retention, as `make bench` runs them: it leaves partitions for later positions
+    # only, and the writers bench restarts positions at 1.
+    output = run_bench(database_server, "retention", "writers")
     header = next(line for line in output.splitlines() if "variant" in line)
     assert "ratio" in header
     for group in ("writers=1", "writers=4", "writers=16"):
