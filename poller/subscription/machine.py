@@ -18,9 +18,6 @@ from poller.subscription.tracking import Delivery, MessageState, TrackedMessage
 
 _QUEUED = MessageState.QUEUED
 _IN_FLIGHT = MessageState.IN_FLIGHT
-_ACKED = OutcomeKind.ACKED
-_FAILED = OutcomeKind.FAILED
-_WITHDRAWN = OutcomeKind.WITHDRAWN
 
 
 class SubscriptionMachine:
@@ -172,20 +169,19 @@ class SubscriptionMachine:
         delivery whose handler started is ignored (the handler's own outcome follows).
         """
         out = self._begin(now)
-        end_delivery, complete = self._end_delivery, self._complete  # once, not per outcome
         for outcome in outcomes:
             kind = outcome.kind
-            if kind is _WITHDRAWN:
+            if kind is OutcomeKind.WITHDRAWN:
                 delivery = self._in_flight.get(outcome.delivery_id)
                 if delivery is not None and delivery.deadline is None:
                     self._withdraw(delivery)
                 continue
-            message = end_delivery(outcome.delivery_id)
+            message = self._end_delivery(outcome.delivery_id)
             if message is None:
                 continue
-            if kind is _ACKED:
-                complete(message, out)
-            elif kind is _FAILED:
+            if kind is OutcomeKind.ACKED:
+                self._complete(message, out)
+            elif kind is OutcomeKind.FAILED:
                 self._fail(message, outcome.detail, out)
             else:
                 self._park(message, outcome.detail, out)
@@ -454,7 +450,8 @@ class SubscriptionMachine:
             self._stream_in_flight += 1
         self._in_flight[delivery_id] = Delivery(delivery_id, consumer, message)
         self._pool.take(consumer)
-        if self._pinned and (key := message.envelope.partition_key) is not None:
+        key = self._pinned_key(message)
+        if key is not None:
             self._keys.occupy(key, delivery_id, consumer)
         out.append(
             Deliver(
@@ -481,7 +478,8 @@ class SubscriptionMachine:
         if self._pool.release(delivery.consumer) and self._pinned:
             self._dirty.add(delivery.consumer)
         message = delivery.message
-        if self._pinned and (key := message.envelope.partition_key) is not None:
+        key = self._pinned_key(message)
+        if key is not None:
             self._keys.release(key, delivery_id)
             self._touched.add(key)
         if not delivery.is_current:
@@ -497,8 +495,7 @@ class SubscriptionMachine:
             out.append(ReplayDone(message.envelope.position, self._epoch))
         else:
             self._finish_stream(message)
-        if self._pinned:
-            self._touch(message)
+        self._touch(message)
 
     def _fail(self, message: TrackedMessage, error: str, out: list[Command]) -> None:
         limit = self._settings.max_retry_count
