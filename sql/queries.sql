@@ -297,14 +297,20 @@ WHERE m.publication_id = %(publication)s AND m.position = %(position)s
 -- Deletes every message of a publication (the demo cleans up after itself with it).
 DELETE FROM outbox.messages WHERE publication_id = %(publication)s
 
--- store_consumer_position --
--- Moves a catch-up consumer's position forward in {table}, inside the consumer's own transaction; returns nothing when the stored one is already at or past it (another process consumes under the same name), so the caller can roll back.
-INSERT INTO {table} AS p (consumer_name, transaction_id, position, updated_at)
+-- insert_consumer_position --
+-- A catch-up consumer's first position in {table}, inside the consumer's own transaction; returns nothing when a position is stored already (another process consumes under the same name), so the caller can roll back. A concurrent first store waits for this one's commit, then finds the row.
+INSERT INTO {table} (consumer_name, transaction_id, position, updated_at)
 VALUES (%(consumer)s, %(transaction_id)s::text::xid8, %(position)s, now())
-ON CONFLICT (consumer_name) DO UPDATE
-SET transaction_id = excluded.transaction_id, position = excluded.position,
-    updated_at = excluded.updated_at
-WHERE (p.transaction_id, p.position) < (excluded.transaction_id, excluded.position)
+ON CONFLICT (consumer_name) DO NOTHING
+RETURNING 1
+
+-- store_consumer_position --
+-- Compare-and-set of a catch-up consumer's position in {table}, inside the consumer's own transaction: moves it only from the position this consumer started from (loaded, or stored last); returns nothing when another process moved it meanwhile, so the caller can roll back. A concurrent store waits on the row lock, then compares with what committed.
+UPDATE {table} AS p
+SET transaction_id = %(transaction_id)s::text::xid8, position = %(position)s, updated_at = now()
+WHERE p.consumer_name = %(consumer)s
+  AND (p.transaction_id, p.position)
+      = (%(previous_transaction_id)s::text::xid8, %(previous_position)s::bigint)
 RETURNING 1
 
 -- load_consumer_position --
