@@ -85,6 +85,12 @@ LIMIT %(limit)s
 -- The oldest transaction id still running anywhere in the cluster: nothing at or above it is safe to read yet.
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS frontier
 
+-- current_snapshot --
+-- The parts of a snapshot taken now: the safe frontier, the next transaction id, and the transaction ids running between them (a catch-up subscription's backlog is what committed before it).
+SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,
+       array(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x)
+FROM pg_current_snapshot() AS s
+
 -- create_subscription --
 -- Creates a subscription starting after the given checkpoint; returns nothing if the name is taken.
 INSERT INTO outbox.subscriptions

@@ -16,6 +16,7 @@ import psycopg
 
 from outbox.database_url import mask_password
 from outbox.positions import Position
+from outbox.queries import QUERIES
 from poller.message import Message
 from poller.store.message_reads import (
     prepare_reader_async,
@@ -56,6 +57,17 @@ class Reads:
 
     async def safe_frontier(self) -> int:
         return await self._retried(safe_frontier_async)
+
+    async def snapshot(self) -> tuple[int, int, list[int]]:
+        """The safe frontier, the next transaction id, and the ids running between them."""
+
+        async def query(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int, list[int]]:
+            cursor = await conn.execute(QUERIES["current_snapshot"])
+            row = await cursor.fetchone()
+            assert row is not None  # one row from a one-row FROM
+            return row[0], row[1], list(row[2])
+
+        return await self._retried(query)
 
     async def next_transaction_id(self) -> int:
         return await self._retried(lambda conn: transaction_id_async(conn, "next_transaction_id"))

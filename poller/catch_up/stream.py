@@ -57,15 +57,20 @@ class Plan:
 async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> AsyncGenerator[Item]:
     signals = CheckpointSignals(plan.checkpoint_interval, plan.checkpoint_timeout)
     async with Reads(plan.url) as reads, WakeUps(plan.url, plan.publication) as wake_ups:
-        # Transactions below this frontier had ended at subscribe time: their rows are the
-        # backlog; a row of a later transaction is live.
-        backlog_end = await reads.safe_frontier()
-        after = await _start_position(reads, plan.start, backlog_end)
+        frontier, next_id, running = await reads.snapshot()
+        # Every transaction that committed before now is below this: the backlog.
+        end = backlog_end(next_id, running)
+        after = await _start_position(reads, plan.start, frontier)
         live = False
         while True:
+            if not live and frontier < end:
+                # Taken before the read, so the read sees at least this far.
+                frontier = await reads.safe_frontier()
             batch = await reads.batch(plan.publication, after, BATCH_SIZE)
             for message in batch:
-                if not live and message.transaction_id >= backlog_end:
+                # A row is read only once every transaction below it has ended, and rows
+                # come in transaction order: everything below `end` has been read before it.
+                if not live and message.transaction_id >= end:
                     live = True
                     signals.caught_up()
                     yield CaughtUp()
@@ -78,8 +83,8 @@ async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> Asy
                     yield checkpoint
             if len(batch) == BATCH_SIZE:
                 continue
-            if not live:
-                # A short read reached the frontier, which is at or past backlog_end.
+            if not live and frontier >= end:
+                # A short read reached a frontier past every transaction of the backlog.
                 live = True
                 signals.caught_up()
                 yield CaughtUp()
@@ -89,6 +94,19 @@ async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> Asy
             deadline = signals.deadline()
             wait = POLL_INTERVAL if deadline is None else min(POLL_INTERVAL, deadline - clock())
             await wake_ups.wait(max(wait, 0.0))
+
+
+def backlog_end(next_id: int, running: list[int]) -> int:
+    """The frontier a read must reach to have read every row committed before a snapshot
+    whose next transaction id is `next_id` and whose running ids are `running`: one past the
+    newest id below `next_id` that is not running. The newest ids that are still running are
+    left out, so CaughtUp does not wait for them; an older one that is running is waited for
+    anyway, since the rows committed above it are read only once it ends."""
+    end = next_id
+    still_running = set(running)
+    while end - 1 in still_running:
+        end -= 1
+    return end
 
 
 async def _start_position(reads: Reads, start: str | Checkpoint, frontier: int) -> Position:
