@@ -81,6 +81,30 @@ WHERE m.publication_id = %(publication)s
 ORDER BY m.transaction_id, m.position
 LIMIT %(limit)s
 
+-- read_batch_with_retired --
+-- read_batch for a catch-up subscription, with the publication's retired-up-to mark (outbox.retired_positions) in every row, and in one row of null message columns when nothing is read: one statement, so it locks outbox.messages before taking its snapshot and sees a retirement's drop and mark together or neither.
+SELECT r.transaction_id::text::bigint, r.position, {{message_columns}}
+FROM (SELECT 1) AS one
+LEFT JOIN outbox.retired_positions AS r ON r.publication_id = %(publication)s
+LEFT JOIN LATERAL (
+    SELECT * FROM outbox.messages AS m
+    WHERE m.publication_id = %(publication)s
+      AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+      AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+    ORDER BY m.transaction_id, m.position
+    LIMIT %(limit)s
+) AS m ON true
+ORDER BY m.transaction_id, m.position
+
+-- retired_up_to --
+-- A publication's retired-up-to mark: the last message, in delivery order, of the partitions retention dropped (no row if none).
+SELECT transaction_id::text::bigint, position FROM outbox.retired_positions
+WHERE publication_id = %(publication)s
+
+-- lock_messages_against_retirement --
+-- Holds off a retirement's drop until this transaction ends (it needs ACCESS EXCLUSIVE), so a position checked against the mark and then stored is seen by the retirement's last check of its holders.
+LOCK TABLE outbox.messages IN ACCESS SHARE MODE
+
 -- safe_frontier --
 -- The oldest transaction id still running anywhere in the cluster: nothing at or above it is safe to read yet.
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS frontier

@@ -20,10 +20,10 @@ from outbox.queries import QUERIES
 from poller.message import Message
 from poller.store.message_reads import (
     prepare_reader_async,
-    read_batch_async,
     safe_frontier_async,
     transaction_id_async,
 )
+from poller.store.retired_positions import read_batch_checked_async, retired_up_to_async
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,16 @@ class Reads:
         return await self._retried(lambda conn: transaction_id_async(conn, "next_transaction_id"))
 
     async def batch(self, publication: str, after: Position, limit: int) -> list[Message]:
+        """The next rows after `after`; RetiredPositionError if retention retired any."""
+
         async def query(conn: psycopg.AsyncConnection[Any]) -> list[Message]:
-            return await read_batch_async(conn, publication, after, limit)
+            return await read_batch_checked_async(conn, publication, after, limit)
+
+        return await self._retried(query)
+
+    async def retired_up_to(self, publication: str) -> Position | None:
+        async def query(conn: psycopg.AsyncConnection[Any]) -> Position | None:
+            return await retired_up_to_async(conn, publication)
 
         return await self._retried(query)
 

@@ -6,6 +6,7 @@ the oldest transaction still running, in (transaction_id, position) order, so a 
 that commits late is waited for, never skipped, and every checkpoint is safe to resume from.
 """
 
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from poller.catch_up.reads import Reads
 from poller.catch_up.signals import CaughtUp, Checkpoint
 from poller.catch_up.wake_ups import WakeUps
 from poller.message import Message
+
+log = logging.getLogger(__name__)
 
 # Rows per read: large enough that catching up is a few round trips per thousand messages,
 # small enough that one read's rows stay a small part of memory.
@@ -60,7 +63,7 @@ async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> Asy
         frontier, next_id, running = await reads.snapshot()
         # Every transaction that committed before now is below this: the backlog.
         end = backlog_end(next_id, running)
-        after = await _start_position(reads, plan.start, frontier)
+        after = await _start_position(reads, plan, frontier)
         live = False
         while True:
             if not live and frontier < end:
@@ -109,7 +112,8 @@ def backlog_end(next_id: int, running: list[int]) -> int:
     return end
 
 
-async def _start_position(reads: Reads, start: str | Checkpoint, frontier: int) -> Position:
+async def _start_position(reads: Reads, plan: Plan, frontier: int) -> Position:
+    start = plan.start
     if isinstance(start, Checkpoint):
         next_id = await reads.next_transaction_id()
         if start.transaction_id >= next_id:
@@ -121,4 +125,14 @@ async def _start_position(reads: Reads, start: str | Checkpoint, frontier: int) 
         return start.at
     if start == "end":
         return at_frontier(frontier)
-    return START
+    mark = await reads.retired_up_to(plan.publication)
+    if mark is None:
+        return START
+    # "start" is the oldest message still there; a consumer that meant to resume (one that
+    # had not stored a position yet) learns here what it will not see.
+    log.warning(
+        "publication %r: messages up to %s were retired by retention; start is after them",
+        plan.publication,
+        mark,
+    )
+    return mark
