@@ -123,17 +123,17 @@ def test_two_consumers_from_the_same_position_storing_ahead_commit_once(database
         assert first_start == second_start == poller.Checkpoint(1, 1)
         with first.transaction():
             first.execute("INSERT INTO output VALUES ('first')")
-            poller.store_checkpoint(
-                first, "counts", poller.Checkpoint(5, 5), previous=first_start
-            )
-        with (
-            pytest.raises(poller.ConsumerPositionConflictError, match=r"stored 5:5, not 1:1"),
-            second.transaction(),
-        ):
-            second.execute("INSERT INTO output VALUES ('second')")
-            poller.store_checkpoint(
-                second, "counts", poller.Checkpoint(9, 9), previous=second_start
-            )
+            poller.store_checkpoint(first, "counts", poller.Checkpoint(5, 5), previous=first_start)
+
+        def second_projects_further() -> None:
+            with second.transaction():
+                second.execute("INSERT INTO output VALUES ('second')")
+                poller.store_checkpoint(
+                    second, "counts", poller.Checkpoint(9, 9), previous=second_start
+                )
+
+        with pytest.raises(poller.ConsumerPositionConflictError, match="stored 5:5, not 1:1"):
+            second_projects_further()
         assert first.execute("SELECT consumer FROM output").fetchall() == [("first",)]
         assert poller.load_checkpoint(first, "counts") == poller.Checkpoint(5, 5)
 
