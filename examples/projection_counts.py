@@ -24,19 +24,19 @@ def project_counts(url: str, publication: str, consumer: str = "message_type_cou
             "CREATE TABLE IF NOT EXISTS message_type_counts"
             " (message_type text PRIMARY KEY, count bigint NOT NULL)"
         )
-        start = poller.load_checkpoint(conn, consumer) or "start"
+        stored = poller.load_checkpoint(conn, consumer)
         counts: collections.Counter[str] = collections.Counter()
         last_read = None
-        for item in poller.subscribe_sync(url, publication, start=start):
+        for item in poller.subscribe_sync(url, publication, start=stored or "start"):
             if isinstance(item, poller.Message):
                 counts[item.message_type] += 1
                 last_read = poller.Checkpoint(item.transaction_id, item.position)
             elif isinstance(item, poller.Checkpoint):
-                save(conn, consumer, counts, item)
+                stored = save(conn, consumer, counts, item, stored)
             elif last_read is not None:
                 # CaughtUp: the backlog is counted. Checkpoints come only with live messages,
                 # so save now rather than wait for the next one on a quiet publication.
-                save(conn, consumer, counts, last_read)
+                stored = save(conn, consumer, counts, last_read, stored)
 
 
 def save(
@@ -44,9 +44,12 @@ def save(
     consumer: str,
     counts: collections.Counter[str],
     checkpoint: poller.Checkpoint,
-) -> None:
+    previous: poller.Checkpoint | None,
+) -> poller.Checkpoint:
     """The counts since the last save and the position just after them commit together, or
-    neither does."""
+    neither does; and only if the stored position is still `previous`, the one this process
+    started from or saved last (else another process counts them: ConsumerPositionConflictError
+    rolls this back)."""
     with conn.transaction():
         for message_type, count in counts.items():
             conn.execute(
@@ -55,8 +58,9 @@ def save(
                 " SET count = message_type_counts.count + excluded.count",
                 (message_type, count),
             )
-        poller.store_checkpoint(conn, consumer, checkpoint)
+        poller.store_checkpoint(conn, consumer, checkpoint, previous=previous)
     counts.clear()
+    return checkpoint
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from poller.catch_up.consumer_positions import (
 from poller.catch_up.signals import CaughtUp, Checkpoint
 from poller.catch_up.subscribe import subscribe, subscribe_sync
 from poller.message import Message
+from poller.store.retired_positions import RetiredPositionError
 
 __all__ = [
     "BatchOutcomes",
@@ -19,6 +20,7 @@ __all__ = [
     "Checkpoint",
     "ConsumerPositionConflictError",
     "Message",
+    "RetiredPositionError",
     "batch_handler",
     "load_checkpoint",
     "load_checkpoint_async",

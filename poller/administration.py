@@ -5,6 +5,7 @@ the SQL lives in the store.
 """
 
 import datetime
+import logging
 from typing import Any, NamedTuple
 
 import psycopg
@@ -15,6 +16,9 @@ from poller.message import Message
 from poller.store.admin_store import AdminStore
 from poller.store.message_reads import message_from_row, safe_frontier
 from poller.store.records import Blocker, SkipRequest, SubscriptionRecord, settings_from_stored
+from poller.store.retired_positions import lock_against_retirement, retired_up_to
+
+log = logging.getLogger(__name__)
 
 # The largest bigint: a checkpoint at (frontier - 1, MAX_POSITION) is past every row of every
 # transaction below the frontier, and before every row of transactions still running.
@@ -72,7 +76,7 @@ def create(
     check_name("subscription", name)
     check_name("publication", publication)
     settings_from_stored(settings)  # refuse bad settings before storing them
-    at = resolve_start(conn, start)
+    at = _not_retired(conn, publication, resolve_start(conn, start), _typed("--from", start))
     if not AdminStore(conn).insert_subscription(name, publication, at, settings):
         raise SubscriptionError(f"subscription {quoted(name)} already exists")
     return at
@@ -112,7 +116,43 @@ def update_settings(conn: psycopg.Connection[Any], name: str, changes: dict[str,
 
 
 def seek(conn: psycopg.Connection[Any], name: str, to: str) -> tuple[Position, int]:
-    return _seek_at(conn, name, resolve_start(conn, to, option="--to"))
+    publication = get(conn, name).publication
+    at = resolve_start(conn, to, option="--to")
+    return _seek_at(conn, name, _not_retired(conn, publication, at, _typed("--to", to)))
+
+
+def _typed(option: str, value: str) -> str | None:
+    """How to name a position the operator typed in a refusal; None for `start`, which means
+    the oldest message still there (see _not_retired)."""
+    return None if value == "start" else f"{option} {quoted(value)}"
+
+
+def _not_retired(
+    conn: psycopg.Connection[Any], publication: str, at: Position, typed: str | None
+) -> Position:
+    """`at`, unless retention retired messages of `publication` after it (the mark is past
+    it): then a position the operator typed (`typed` names it) is refused, and one the
+    command worked out (`start`, a time, a message id) becomes the mark, with a warning.
+
+    The messages table stays locked against a retirement's drop until the caller's
+    transaction ends, so the position it stores is seen by that retirement's last check.
+    """
+    lock_against_retirement(conn)
+    mark = retired_up_to(conn, publication)
+    if mark is None or at >= mark:
+        return at
+    if typed is not None:
+        raise SubscriptionError(
+            f"{typed}: messages of {quoted(publication)} up to {mark} were retired by"
+            f" retention, so delivery after {at} would silently skip some; give {mark} or"
+            " later (or start) to accept that they are gone"
+        )
+    log.warning(
+        "messages of %s up to %s were retired by retention; starting after them",
+        quoted(publication),
+        mark,
+    )
+    return mark
 
 
 def seek_to_time(
@@ -133,7 +173,8 @@ def seek_to_time(
             f"--to-time {quoted(since.isoformat())} is in the future"
             f" (the database's clock says {now.isoformat()})"
         )
-    return _seek_at(conn, name, _just_before(conn, found))
+    at = _not_retired(conn, record.publication, _just_before(conn, found), None)
+    return _seek_at(conn, name, at)
 
 
 def seek_to_message(
@@ -145,7 +186,8 @@ def seek_to_message(
         found = find_message(conn, record.publication, message_id=message_id)
     except SubscriptionError as error:
         raise SubscriptionError(f"--to-message: {error}") from None
-    return _seek_at(conn, name, _just_before(conn, found.at))
+    at = _not_retired(conn, record.publication, _just_before(conn, found.at), None)
+    return _seek_at(conn, name, at)
 
 
 def _just_before(conn: psycopg.Connection[Any], found: Position | None) -> Position:

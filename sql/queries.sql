@@ -81,9 +81,39 @@ WHERE m.publication_id = %(publication)s
 ORDER BY m.transaction_id, m.position
 LIMIT %(limit)s
 
+-- read_batch_with_retired --
+-- read_batch for a catch-up subscription, with the publication's retired-up-to mark (outbox.retired_positions) in every row, and in one row of null message columns when nothing is read: one statement, so it locks outbox.messages before taking its snapshot and sees a retirement's drop and mark together or neither.
+SELECT r.transaction_id::text::bigint, r.position, {{message_columns}}
+FROM (SELECT 1) AS one
+LEFT JOIN outbox.retired_positions AS r ON r.publication_id = %(publication)s
+LEFT JOIN LATERAL (
+    SELECT * FROM outbox.messages AS m
+    WHERE m.publication_id = %(publication)s
+      AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+      AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+    ORDER BY m.transaction_id, m.position
+    LIMIT %(limit)s
+) AS m ON true
+ORDER BY m.transaction_id, m.position
+
+-- retired_up_to --
+-- A publication's retired-up-to mark: the last message, in delivery order, of the partitions retention dropped (no row if none).
+SELECT transaction_id::text::bigint, position FROM outbox.retired_positions
+WHERE publication_id = %(publication)s
+
+-- lock_messages_against_retirement --
+-- Holds off a retirement's drop until this transaction ends (it needs ACCESS EXCLUSIVE), so a position checked against the mark and then stored is seen by the retirement's last check of its holders.
+LOCK TABLE outbox.messages IN ACCESS SHARE MODE
+
 -- safe_frontier --
 -- The oldest transaction id still running anywhere in the cluster: nothing at or above it is safe to read yet.
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS frontier
+
+-- current_snapshot --
+-- The parts of a snapshot taken now: the safe frontier, the next transaction id, and the transaction ids running between them (a catch-up subscription's backlog is what committed before it).
+SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,
+       array(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x)
+FROM pg_current_snapshot() AS s
 
 -- create_subscription --
 -- Creates a subscription starting after the given checkpoint; returns nothing if the name is taken.
@@ -297,14 +327,20 @@ WHERE m.publication_id = %(publication)s AND m.position = %(position)s
 -- Deletes every message of a publication (the demo cleans up after itself with it).
 DELETE FROM outbox.messages WHERE publication_id = %(publication)s
 
--- store_consumer_position --
--- Moves a catch-up consumer's position forward in {table}, inside the consumer's own transaction; returns nothing when the stored one is already at or past it (another process consumes under the same name), so the caller can roll back.
-INSERT INTO {table} AS p (consumer_name, transaction_id, position, updated_at)
+-- insert_consumer_position --
+-- A catch-up consumer's first position in {table}, inside the consumer's own transaction; returns nothing when a position is stored already (another process consumes under the same name), so the caller can roll back. A concurrent first store waits for this one's commit, then finds the row.
+INSERT INTO {table} (consumer_name, transaction_id, position, updated_at)
 VALUES (%(consumer)s, %(transaction_id)s::text::xid8, %(position)s, now())
-ON CONFLICT (consumer_name) DO UPDATE
-SET transaction_id = excluded.transaction_id, position = excluded.position,
-    updated_at = excluded.updated_at
-WHERE (p.transaction_id, p.position) < (excluded.transaction_id, excluded.position)
+ON CONFLICT (consumer_name) DO NOTHING
+RETURNING 1
+
+-- store_consumer_position --
+-- Compare-and-set of a catch-up consumer's position in {table}, inside the consumer's own transaction: moves it only from the position this consumer started from (loaded, or stored last); returns nothing when another process moved it meanwhile, so the caller can roll back. A concurrent store waits on the row lock, then compares with what committed.
+UPDATE {table} AS p
+SET transaction_id = %(transaction_id)s::text::xid8, position = %(position)s, updated_at = now()
+WHERE p.consumer_name = %(consumer)s
+  AND (p.transaction_id, p.position)
+      = (%(previous_transaction_id)s::text::xid8, %(previous_position)s::bigint)
 RETURNING 1
 
 -- load_consumer_position --

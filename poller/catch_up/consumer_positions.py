@@ -6,9 +6,13 @@ exactly after the output that committed. The table is `outbox.consumer_positions
 consumer names (same columns), in the same database as its output, which need not be the
 outbox's.
 
-A store that would not move the position forward raises ConsumerPositionConflictError, and the
-caller's transaction rolls back: two processes consuming under one name cannot both commit the
-same messages' output (the second waits on the first's row lock, then finds it moved).
+A store is a compare-and-set: it names the position the consumer started from (`previous`:
+what it loaded, or what it stored last; None before its first store) and moves the stored one
+only from there. Otherwise it raises ConsumerPositionConflictError and the caller's transaction
+rolls back: two processes that started from the same position cannot both commit output for
+the messages after it, however far ahead either stores (the second waits on the first's row
+lock, then finds the row moved). Comparing only "forward of what is stored" would let the
+second commit a position ahead of the first's, with the first's messages counted twice.
 """
 
 from typing import Any, LiteralString
@@ -27,7 +31,8 @@ TableName = str | tuple[str, str]
 
 
 class ConsumerPositionConflictError(RuntimeError):
-    """The stored position is already at or past the one being stored."""
+    """The stored position is not the one this consumer started from: another process stored
+    one meanwhile, so this transaction's output must roll back."""
 
 
 class OutsideTransactionError(RuntimeError):
@@ -39,14 +44,17 @@ def store_checkpoint(
     consumer: str,
     checkpoint: Checkpoint,
     *,
+    previous: Checkpoint | None,
     table: TableName | None = None,
 ) -> None:
-    """Store `checkpoint` as `consumer`'s position, in `conn`'s current transaction."""
+    """Store `checkpoint` as `consumer`'s position, in `conn`'s current transaction, if the
+    stored one is still `previous` (the position this consumer started from: loaded, or
+    stored last; None if it had none). Raises ConsumerPositionConflictError otherwise."""
     _check_in_transaction(conn.autocommit, conn.info.transaction_status)
-    row = conn.execute(
-        _statement("store_consumer_position", table), _parameters(consumer, checkpoint)
-    ).fetchone()
-    _check_moved(row, consumer, checkpoint)
+    query, parameters = _store(consumer, checkpoint, previous, table)
+    if conn.execute(query, parameters).fetchone() is None:
+        stored = load_checkpoint(conn, consumer, table=table)
+        raise _conflict(consumer, stored, previous)
 
 
 async def store_checkpoint_async(
@@ -54,14 +62,16 @@ async def store_checkpoint_async(
     consumer: str,
     checkpoint: Checkpoint,
     *,
+    previous: Checkpoint | None,
     table: TableName | None = None,
 ) -> None:
     """`store_checkpoint` for an async connection."""
     _check_in_transaction(conn.autocommit, conn.info.transaction_status)
-    cursor = await conn.execute(
-        _statement("store_consumer_position", table), _parameters(consumer, checkpoint)
-    )
-    _check_moved(await cursor.fetchone(), consumer, checkpoint)
+    query, parameters = _store(consumer, checkpoint, previous, table)
+    cursor = await conn.execute(query, parameters)
+    if await cursor.fetchone() is None:
+        stored = await load_checkpoint_async(conn, consumer, table=table)
+        raise _conflict(consumer, stored, previous)
 
 
 def load_checkpoint(
@@ -90,10 +100,23 @@ def _statement(name: LiteralString, table: TableName | None) -> sql.Composed:
     return sql.SQL(QUERIES[name]).format(table=sql.Identifier(*parts))
 
 
-def _parameters(consumer: str, checkpoint: Checkpoint) -> dict[str, Any]:
+def _store(
+    consumer: str, checkpoint: Checkpoint, previous: Checkpoint | None, table: TableName | None
+) -> tuple[sql.Composed, dict[str, Any]]:
+    """The compare-and-set: an insert that finds no row for a first store, else an update
+    from `previous`."""
     if not isinstance(checkpoint, Checkpoint):
         raise TypeError(f"checkpoint={checkpoint!r} is not a poller.Checkpoint")
-    return {"consumer": check_name("consumer", consumer), **checkpoint.at.query_parameters()}
+    parameters = {"consumer": check_name("consumer", consumer), **checkpoint.at.query_parameters()}
+    if previous is None:
+        return _statement("insert_consumer_position", table), parameters
+    if not isinstance(previous, Checkpoint):
+        raise TypeError(f"previous={previous!r} is not a poller.Checkpoint or None")
+    if not checkpoint.at > previous.at:
+        # Storing behind the start would deliver what was output again after a restart.
+        raise ValueError(f"checkpoint {checkpoint} does not move forward from {previous}")
+    parameters |= previous.at.query_parameters("previous_")
+    return _statement("store_consumer_position", table), parameters
 
 
 def _check_in_transaction(autocommit: bool, status: pq.TransactionStatus) -> None:
@@ -104,9 +127,11 @@ def _check_in_transaction(autocommit: bool, status: pq.TransactionStatus) -> Non
         )
 
 
-def _check_moved(row: tuple[Any, ...] | None, consumer: str, checkpoint: Checkpoint) -> None:
-    if row is None:
-        raise ConsumerPositionConflictError(
-            f"consumer {consumer!r} already stored a position at or past {checkpoint}: another"
-            " process consumes under this name, so this transaction must roll back"
-        )
+def _conflict(
+    consumer: str, stored: Checkpoint | None, previous: Checkpoint | None
+) -> ConsumerPositionConflictError:
+    return ConsumerPositionConflictError(
+        f"consumer {consumer!r} has stored {stored or 'none'}, not {previous or 'none'} that"
+        " this process started from: another process consumes under this name, so this"
+        " transaction must roll back"
+    )

@@ -16,13 +16,14 @@ import psycopg
 
 from outbox.database_url import mask_password
 from outbox.positions import Position
+from outbox.queries import QUERIES
 from poller.message import Message
 from poller.store.message_reads import (
     prepare_reader_async,
-    read_batch_async,
     safe_frontier_async,
     transaction_id_async,
 )
+from poller.store.retired_positions import read_batch_checked_async, retired_up_to_async
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +58,31 @@ class Reads:
     async def safe_frontier(self) -> int:
         return await self._retried(safe_frontier_async)
 
+    async def snapshot(self) -> tuple[int, int, list[int]]:
+        """The safe frontier, the next transaction id, and the ids running between them."""
+
+        async def query(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int, list[int]]:
+            cursor = await conn.execute(QUERIES["current_snapshot"])
+            row = await cursor.fetchone()
+            assert row is not None  # one row from a one-row FROM
+            return row[0], row[1], list(row[2])
+
+        return await self._retried(query)
+
     async def next_transaction_id(self) -> int:
         return await self._retried(lambda conn: transaction_id_async(conn, "next_transaction_id"))
 
     async def batch(self, publication: str, after: Position, limit: int) -> list[Message]:
+        """The next rows after `after`; RetiredPositionError if retention retired any."""
+
         async def query(conn: psycopg.AsyncConnection[Any]) -> list[Message]:
-            return await read_batch_async(conn, publication, after, limit)
+            return await read_batch_checked_async(conn, publication, after, limit)
+
+        return await self._retried(query)
+
+    async def retired_up_to(self, publication: str) -> Position | None:
+        async def query(conn: psycopg.AsyncConnection[Any]) -> Position | None:
+            return await retired_up_to_async(conn, publication)
 
         return await self._retried(query)
 

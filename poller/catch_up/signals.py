@@ -26,7 +26,8 @@ class Checkpoint(NamedTuple):
 
 
 class CaughtUp:
-    """Yielded once, when the backlog that existed at subscribe time has been read; what
+    """Yielded once, when every message committed before the subscription connected has been
+    yielded (waiting, as those messages do, for an older transaction still open); what
     follows is live."""
 
     __slots__ = ()

@@ -6,6 +6,7 @@ the oldest transaction still running, in (transaction_id, position) order, so a 
 that commits late is waited for, never skipped, and every checkpoint is safe to resume from.
 """
 
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from poller.catch_up.reads import Reads
 from poller.catch_up.signals import CaughtUp, Checkpoint
 from poller.catch_up.wake_ups import WakeUps
 from poller.message import Message
+
+log = logging.getLogger(__name__)
 
 # Rows per read: large enough that catching up is a few round trips per thousand messages,
 # small enough that one read's rows stay a small part of memory.
@@ -57,15 +60,20 @@ class Plan:
 async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> AsyncGenerator[Item]:
     signals = CheckpointSignals(plan.checkpoint_interval, plan.checkpoint_timeout)
     async with Reads(plan.url) as reads, WakeUps(plan.url, plan.publication) as wake_ups:
-        # Transactions below this frontier had ended at subscribe time: their rows are the
-        # backlog; a row of a later transaction is live.
-        backlog_end = await reads.safe_frontier()
-        after = await _start_position(reads, plan.start, backlog_end)
+        frontier, next_id, running = await reads.snapshot()
+        # Every transaction that committed before now is below this: the backlog.
+        end = backlog_end(next_id, running)
+        after = await _start_position(reads, plan, frontier)
         live = False
         while True:
+            if not live and frontier < end:
+                # Taken before the read, so the read sees at least this far.
+                frontier = await reads.safe_frontier()
             batch = await reads.batch(plan.publication, after, BATCH_SIZE)
             for message in batch:
-                if not live and message.transaction_id >= backlog_end:
+                # A row is read only once every transaction below it has ended, and rows
+                # come in transaction order: everything below `end` has been read before it.
+                if not live and message.transaction_id >= end:
                     live = True
                     signals.caught_up()
                     yield CaughtUp()
@@ -78,8 +86,8 @@ async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> Asy
                     yield checkpoint
             if len(batch) == BATCH_SIZE:
                 continue
-            if not live:
-                # A short read reached the frontier, which is at or past backlog_end.
+            if not live and frontier >= end:
+                # A short read reached a frontier past every transaction of the backlog.
                 live = True
                 signals.caught_up()
                 yield CaughtUp()
@@ -91,7 +99,21 @@ async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> Asy
             await wake_ups.wait(max(wait, 0.0))
 
 
-async def _start_position(reads: Reads, start: str | Checkpoint, frontier: int) -> Position:
+def backlog_end(next_id: int, running: list[int]) -> int:
+    """The frontier a read must reach to have read every row committed before a snapshot
+    whose next transaction id is `next_id` and whose running ids are `running`: one past the
+    newest id below `next_id` that is not running. The newest ids that are still running are
+    left out, so CaughtUp does not wait for them; an older one that is running is waited for
+    anyway, since the rows committed above it are read only once it ends."""
+    end = next_id
+    still_running = set(running)
+    while end - 1 in still_running:
+        end -= 1
+    return end
+
+
+async def _start_position(reads: Reads, plan: Plan, frontier: int) -> Position:
+    start = plan.start
     if isinstance(start, Checkpoint):
         next_id = await reads.next_transaction_id()
         if start.transaction_id >= next_id:
@@ -103,4 +125,14 @@ async def _start_position(reads: Reads, start: str | Checkpoint, frontier: int) 
         return start.at
     if start == "end":
         return at_frontier(frontier)
-    return START
+    mark = await reads.retired_up_to(plan.publication)
+    if mark is None:
+        return START
+    # "start" is the oldest message still there; a consumer that meant to resume (one that
+    # had not stored a position yet) learns here what it will not see.
+    log.warning(
+        "publication %r: messages up to %s were retired by retention; start is after them",
+        plan.publication,
+        mark,
+    )
+    return mark

@@ -227,3 +227,40 @@ async def test_one_live_message_then_silence_gives_one_checkpoint_when_the_clock
     now[0] = 100.0
     assert await nothing_within(items, 0.3)  # once, not again
     await items.aclose()
+
+
+async def wait_for_a_read(url: str, timeout: float = 30.0) -> None:
+    """Until the subscription's read connection has run a read and is idle after it."""
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    async with conn:
+        deadline = time.monotonic() + timeout
+        while True:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'outbox-poller:subscribe' AND state = 'idle'"
+                " AND query LIKE '%%ORDER BY m.transaction_id, m.position%%'"
+            )
+            if await cursor.fetchone() == (1,):
+                return
+            assert time.monotonic() < deadline, "the subscription read nothing"
+            await asyncio.sleep(0.01)
+
+
+async def test_caught_up_comes_after_rows_committed_before_subscribe_behind_an_older_transaction(
+    database_url: str,
+) -> None:
+    """An older transaction holds the safe frontier below rows committed before subscribe():
+    those rows are backlog, so CaughtUp waits until they can be read and follows them."""
+    with psycopg.connect(database_url, autocommit=True) as older:
+        older.execute("BEGIN")
+        older.execute("SELECT pg_current_xact_id()")  # an xid below every backlog row's
+        backlog = append_committed(database_url, PUBLICATION, 3)
+        items = poller.subscribe(database_url, PUBLICATION)
+        first = asyncio.ensure_future(anext(items))
+        await wait_for_a_read(database_url)  # it has looked while the rows were hidden
+        older.execute("COMMIT")
+        received = [await asyncio.wait_for(first, 10)]
+        received += [await next_item(items) for _ in range(3)]
+    await items.aclose()
+    assert [item.position for item in received[:3] if isinstance(item, poller.Message)] == backlog
+    assert received[3] == poller.CaughtUp()

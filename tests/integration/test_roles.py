@@ -15,6 +15,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 import outbox
+import poller
 from outbox import schema_migrations as migrations
 from outbox.queries import QUERIES
 from outbox.roles import role_names
@@ -151,6 +152,17 @@ def test_a_poller_delivers_parks_checkpoints_and_leads(database_url: str, poller
         assert [row[0] for row in parked] == [poison]
         wait_for(lambda: delivered.count(poison) == 2)
     assert delivered[: len(positions)] == positions
+
+
+def test_a_poller_runs_a_catch_up_subscription(database_url: str, poller_url: str) -> None:
+    """Its read names the retired-up-to marks (outbox.retired_positions) as well."""
+    with psycopg.connect(database_url) as conn:
+        written = outbox.append(conn, "orders", "T", {})
+    items = poller.subscribe_sync(poller_url, "orders")
+    first = next(items)
+    items.close()
+    assert isinstance(first, Message)
+    assert first.position == written
 
 
 def test_a_poller_applies_and_clears_a_skip_request(database_url: str, poller_url: str) -> None:
