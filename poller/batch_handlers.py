@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 
 from outbox.positions import Position
 from poller.message import Message
+from poller.printable import error_text, safe_repr
 
 BatchOutcomes = Mapping[Position, BaseException]
 """What a batch handler may return for the messages that did not succeed, by position."""
@@ -76,10 +77,19 @@ def batch_failures(messages: Sequence[Message], result: object) -> list[BaseExce
     """Each message's failure (None: finished) from what a batch handler returned.
 
     The daemon and its metrics both read a return through this, so they never disagree. A
-    malformed return fails the whole batch with an error that says what was wrong with it.
+    malformed return fails the whole batch with an error that says what was wrong with it;
+    reading a return never raises (a mapping with unhashable keys once crashed the consumer).
     """
     if result is None:
         return [None] * len(messages)
+    try:
+        return _read_failures(messages, result)
+    except BaseException as error:  # whatever the returned object's methods raise
+        unreadable = TypeError(f"a batch handler's return could not be read: {error_text(error)}")
+        return [unreadable] * len(messages)
+
+
+def _read_failures(messages: Sequence[Message], result: object) -> list[BaseException | None]:
     if not isinstance(result, Mapping):
         error: BaseException = TypeError(
             f"a batch handler returns None or a mapping of message positions to exceptions,"
@@ -88,13 +98,17 @@ def batch_failures(messages: Sequence[Message], result: object) -> list[BaseExce
         return [error] * len(messages)
     failures = cast(Mapping[object, object], result)
     batch = {message.at for message in messages}
-    if strays := [position for position in failures if position not in batch]:
-        error = ValueError(f"a batch handler named positions not in its batch: {strays[:3]!r}")
+    strays = [p for p in failures if not isinstance(p, Position) or p not in batch]
+    if strays:
+        named = ", ".join(safe_repr(position) for position in strays[:3])
+        error = ValueError(f"a batch handler named positions not in its batch: [{named}]")
         return [error] * len(messages)
     found: list[BaseException | None] = []
     for message in messages:
         failure = failures.get(message.at)
         if failure is not None and not isinstance(failure, BaseException):
-            failure = TypeError(f"a batch handler's outcome must be an exception, not {failure!r}")
+            failure = TypeError(
+                f"a batch handler's outcome must be an exception, not {safe_repr(failure)}"
+            )
         found.append(failure)
     return found

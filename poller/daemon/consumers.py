@@ -6,7 +6,9 @@ bounds what each consumer holds, so a slot never waits while its consumer has wo
 
 Order: a slot runs its deliveries in the order the machine gave them, and a run stops at the
 first delivery that did not succeed. What followed it, in the run and in the queue, is handed
-back unstarted (withdrawn), so nothing runs ahead of the failed message's retry.
+back unstarted (withdrawn), so nothing runs ahead of the failed message's retry. A slot whose
+handler the machine says overran its timeout is stuck until the call returns: what waits
+behind it is handed back the same way, and the machine counts the slot busy meanwhile.
 """
 
 import asyncio
@@ -22,7 +24,14 @@ log = logging.getLogger(__name__)
 Execute = Callable[[Run], Awaitable[None]]
 """Goes through a run, recording each started delivery's outcome in it."""
 Report = Callable[[list[Outcome]], None]
-OnCrash = Callable[[int], None]
+Overran = Callable[[int], bool]
+"""Whether the machine failed this delivery at its deadline while its handler runs on."""
+
+CRASH_PAUSE = 0.05
+CRASH_PAUSE_MAX = 5.0
+"""A slot that crashed pauses before its next run, doubling up to this: a bug around the
+handler that fails at once on every run once spun the event loop at 100% CPU, deaf to
+SIGTERM."""
 
 
 class Consumer:
@@ -69,23 +78,28 @@ class Consumer:
 
     async def _slot(self) -> None:
         consumers = self._consumers
+        crashes = 0
         while True:
             run = Run(await self._take(), consumers.message_timeout)
             self.runs.add(run)
             try:
                 await consumers.execute(run)
-            except Exception:
-                # Not a handler failing (that is an outcome), a bug around it: report the
-                # consumer dead so its deliveries are retried, and keep serving.
+            except asyncio.CancelledError:
+                raise
+            except BaseException as error:
+                # Not a handler failing (that is an outcome), a bug around it: what the
+                # handler was called on counts failed (so retry limits and backoff apply),
+                # the rest is handed back, and the slot pauses before it serves again.
                 log.exception("consumer %s crashed running %s", self.consumer, run.commands)
                 self.runs.discard(run)
-                run.cut()
-                self.queue.clear()  # withdrawn by consumer_died
-                consumers.report(run.unreported())
-                consumers.on_crash(self.consumer)
-            else:
-                self.runs.discard(run)
-                self._end(run)
+                consumers.report(run.crashed(error) + self.withdraw_queued())
+                consumers.check_idle()
+                crashes += 1
+                await asyncio.sleep(min(CRASH_PAUSE_MAX, CRASH_PAUSE * 2 ** min(crashes, 10)))
+                continue
+            crashes = 0
+            self.runs.discard(run)
+            self._end(run)
             consumers.check_idle()
 
     def _end(self, run: Run) -> None:
@@ -97,8 +111,9 @@ class Consumer:
         self._consumers.report(outcomes)
 
     def cut_overrun(self, run: Run) -> list[Outcome]:
-        """The run's current delivery has run past message_timeout, so the machine fails it:
-        hand back what the run has not started, and the queue behind it, for redelivery."""
+        """The machine failed the run's current call at its deadline and counts the slot busy
+        until it returns: hand back what the run has not started, and the consumer's queue
+        (it may have been meant for this slot), for redelivery elsewhere or later."""
         run.broken = True
         return withdrawn(run.cut()) + self.withdraw_queued()
 
@@ -118,14 +133,12 @@ class Consumers:
         message_timeout: float,
         execute: Execute,
         report: Report,
-        on_crash: OnCrash,
     ) -> None:
         self.run_limit = run_limit
         self.batch_wait = batch_wait
         self.message_timeout = message_timeout
         self.execute = execute
         self.report = report
-        self.on_crash = on_crash
         self._slots = slots
         self._consumers: dict[int, Consumer] = {}
         self._idle = asyncio.Event()
@@ -152,25 +165,30 @@ class Consumers:
             return False
         return True
 
-    def watch(self, now: float) -> tuple[list[int], list[Outcome]]:
-        """On each tick: the deliveries that started since the last one (the machine times
-        them from now on); and the outcomes running runs recorded since, with what is
-        withdrawn from runs whose handler overran."""
-        starts: list[int] = []
+    def watch(self) -> tuple[list[Outcome], list[list[int]]]:
+        """On each tick: the outcomes running runs recorded since the last one, and the
+        handler calls that started since (each a list of delivery ids: the machine times
+        them from now on)."""
+        outcomes: list[Outcome] = []
+        starts: list[list[int]] = []
+        for consumer in self._consumers.values():
+            for run in consumer.runs:
+                outcomes += run.unreported()
+                current = run.current
+                if current is not None and run.reported is not current[0]:
+                    run.reported = current[0]
+                    starts.append([command.delivery_id for command in current[0]])
+        return outcomes, starts
+
+    def cut_overruns(self, overran: Overran) -> list[Outcome]:
+        """What waits behind calls the machine failed at their deadline, handed back."""
         outcomes: list[Outcome] = []
         for consumer in self._consumers.values():
             for run in list(consumer.runs):
-                outcomes += run.unreported()
                 current = run.current
-                if current is None:
-                    continue
-                commands, since = current
-                if run.reported is not commands:
-                    run.reported = commands
-                    starts.extend(command.delivery_id for command in commands)
-                if now - since >= self.message_timeout and not run.broken:
+                if current is not None and not run.broken and overran(current[0][0].delivery_id):
                     outcomes += consumer.cut_overrun(run)
-        return starts, outcomes
+        return outcomes
 
     def delivering(self) -> list[Deliver]:
         """Deliveries whose handlers have been called and not yet returned."""

@@ -8,6 +8,7 @@ import asyncio
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -55,11 +56,12 @@ class HandlerCaller:
             message = delivered_message(command)
             try:
                 await handler(message)
-            except (Exception, SystemExit) as error:  # the handler's failure is data
-                _log_failure(message, error)
-                outcome = outcome_of(command.delivery_id, error)
+            except BaseException as error:  # the handler's failure is data, whatever it is
+                if _cancelled_from_outside(error):
+                    raise
+                outcome = _failed(command, message, error)
             else:
-                outcome = Outcome(command.delivery_id, _ACKED)
+                outcome = Outcome(command.delivery_id, _ACKED, "", time.monotonic())
             if not run.ended(outcome):
                 return
 
@@ -70,11 +72,12 @@ class HandlerCaller:
         messages = [delivered_message(command) for command in commands]
         try:
             result = await self._handler(messages)
-        except (Exception, SystemExit) as error:
-            _log_failure(messages, error)
-            run.ended_batch([outcome_of(command.delivery_id, error) for command in commands])
+        except BaseException as error:
+            if _cancelled_from_outside(error):
+                raise
+            run.ended_batch(_batch_failed(commands, messages, error))
         else:
-            run.ended_batch(batch_outcomes(commands, messages, result))
+            run.ended_batch(batch_outcomes(commands, messages, result, time.monotonic()))
 
     def _on_thread(self, loop: asyncio.AbstractEventLoop, run: Run, may_start: MayStart) -> None:
         thread = threading.get_ident()
@@ -100,11 +103,10 @@ class HandlerCaller:
                 result = handler(message)
                 if inspect.isawaitable(result):  # a plain def that returns an awaitable
                     _await_on(loop, result)
-            except (Exception, SystemExit) as error:  # the handler's failure is data
-                _log_failure(message, error)
-                outcome = outcome_of(command.delivery_id, error)
+            except BaseException as error:  # the handler's failure is data, whatever it is
+                outcome = _failed(command, message, error)
             else:
-                outcome = Outcome(command.delivery_id, _ACKED)
+                outcome = Outcome(command.delivery_id, _ACKED, "", time.monotonic())
             if not run.ended(outcome):
                 return
 
@@ -119,11 +121,10 @@ class HandlerCaller:
             result = self._handler(messages)
             if inspect.isawaitable(result):
                 result = _await_on(loop, result)
-        except (Exception, SystemExit) as error:
-            _log_failure(messages, error)
-            run.ended_batch([outcome_of(command.delivery_id, error) for command in commands])
+        except BaseException as error:
+            run.ended_batch(_batch_failed(commands, messages, error))
         else:
-            run.ended_batch(batch_outcomes(commands, messages, result))
+            run.ended_batch(batch_outcomes(commands, messages, result, time.monotonic()))
 
     def running(self) -> list[Message]:
         """The messages whose handlers run on a thread right now."""
@@ -155,16 +156,39 @@ class HandlerCaller:
 
 
 def batch_outcomes(
-    commands: list[Deliver], messages: list[Message], result: object
+    commands: list[Deliver], messages: list[Message], result: object, ended_at: float
 ) -> list[Outcome]:
     """A batch handler's return: None (all done) or a mapping of positions to exceptions."""
     if result is None:  # the common case, without a list of Nones
-        return [Outcome(command.delivery_id, _ACKED) for command in commands]
+        return [Outcome(command.delivery_id, _ACKED, "", ended_at) for command in commands]
     failures = batch_failures(messages, result)
     return [
-        outcome_of(command.delivery_id, failure)
+        outcome_of(command.delivery_id, failure, ended_at)
         for command, failure in zip(commands, failures, strict=True)
     ]
+
+
+def _failed(command: Deliver, message: Message, error: BaseException) -> Outcome:
+    ended_at = time.monotonic()  # before the log line, which is not the handler's time
+    _log_failure(message, error)
+    return outcome_of(command.delivery_id, error, ended_at)
+
+
+def _batch_failed(
+    commands: list[Deliver], messages: list[Message], error: BaseException
+) -> list[Outcome]:
+    ended_at = time.monotonic()
+    _log_failure(messages, error)
+    return [outcome_of(command.delivery_id, error, ended_at) for command in commands]
+
+
+def _cancelled_from_outside(error: BaseException) -> bool:
+    """A CancelledError of the daemon's own cancelling (the term ends), which must go on
+    up; one the handler raised itself (a timeout inside it, say) is its failure."""
+    if not isinstance(error, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def delivered_message(command: Deliver) -> Message:
@@ -180,9 +204,20 @@ def payload_message(envelope: Envelope) -> Message:
 
 
 def _log_failure(subject: Message | list[Message], error: BaseException) -> None:
-    """The traceback, for whoever debugs a handler; the outcome carries only its message."""
-    if not isinstance(error, HANDLER_REQUESTS):
+    """The traceback, for whoever debugs a handler; the outcome carries only its message.
+    An exception that is not an `Exception` (KeyboardInterrupt, SystemExit, a BaseException
+    of the handler's own) would end a program: it is a failed attempt here, said out loud."""
+    if isinstance(error, HANDLER_REQUESTS):
+        return
+    if isinstance(error, Exception):
         log.debug("handler failed on %r", subject, exc_info=error)
+    else:
+        log.warning(
+            "handler raised %s on %r: counted as a failed attempt, the daemon goes on",
+            type(error).__name__,
+            subject,
+            exc_info=error,
+        )
 
 
 def _await_on(loop: asyncio.AbstractEventLoop, result: Awaitable[Any]) -> Any:

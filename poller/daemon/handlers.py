@@ -5,6 +5,8 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any
 
+from poller.printable import safe_repr
+
 # A Message for a one-message handler, a list of them for a batch handler (batch_handlers.py).
 Handler = Callable[..., Any]
 
@@ -17,7 +19,7 @@ class HandlerExited(Exception):  # noqa: N818 - names what the handler did
     """The handler called sys.exit(): a failed delivery, never the end of the daemon."""
 
     def __init__(self, code: object) -> None:
-        super().__init__(f"the handler called sys.exit({code!r})")
+        super().__init__(f"the handler called sys.exit({safe_repr(code)})")
 
 
 def load_handler(spec: str) -> Handler:

@@ -98,7 +98,6 @@ class LeadershipTerm:
             message_timeout=self._settings.message_timeout,
             execute=self._execute,
             report=self._report,
-            on_crash=self._consumer_crashed,
         )
         # The parked row each unfinished replay read, by position: its ReplayDone deletes that
         # row only, never one a later park of the same position wrote.
@@ -232,11 +231,6 @@ class LeadershipTerm:
             else:
                 self._writes.put_nowait(command)
 
-    def _consumer_crashed(self, consumer: int) -> None:
-        now = time.monotonic()
-        self._watch_runs(now)  # the machine fails started deliveries, withdraws the others
-        self._carry_out(self.machine.consumer_died(consumer, now))
-
     async def _execute(self, run: Run) -> None:
         if (wait := self._fence.wait_before_start(time.monotonic())) > 0:
             await asyncio.sleep(wait)  # the previous leader's lease has not run out yet
@@ -257,15 +251,19 @@ class LeadershipTerm:
         self._wake_reader_if_room()
 
     def _watch_runs(self, now: float) -> None:
-        """Tell the machine which handlers started since the last tick (message_timeout
-        runs from then, not from the Deliver: a wait for a thread is not the handler's),
-        what running runs have finished so far, and withdraw what waits behind a handler
-        that overran."""
-        starts, outcomes = self._consumers.watch(now)
-        if starts:
-            self._carry_out(self.machine.started(starts, now))
+        """Tell the machine what running runs have finished so far (first: each outcome is
+        judged by when its call returned, before any deadline fires), which handler calls
+        started since the last tick (message_timeout runs from then, not from the Deliver:
+        a wait for a thread is not the handler's), let time pass, and withdraw what waits
+        behind a call the machine failed at its deadline."""
+        outcomes, starts = self._consumers.watch()
         if outcomes:
             self._report(outcomes)
+        if starts:
+            self._carry_out(self.machine.started(starts, now))
+        self._carry_out(self.machine.tick(now))
+        if withdrawn := self._consumers.cut_overruns(self.machine.overran):
+            self._report(withdrawn)
 
     # Writing ------------------------------------------------------------------------------
 
@@ -352,9 +350,7 @@ class LeadershipTerm:
                 # No renewal got through in time (the database is unreachable or slow): stop
                 # before a standby may start this subscription's keys.
                 raise LeadershipLost(f"{self._record.subscription_id}: lease not renewed in time")
-            now = time.monotonic()
-            self._watch_runs(now)
-            self._carry_out(self.machine.tick(now))
+            self._watch_runs(time.monotonic())
             # Room also appears without any handler outcome (a seek drops the buffer).
             self._wake_reader_if_room()
             if time.monotonic() >= next_renewal:

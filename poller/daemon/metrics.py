@@ -239,7 +239,7 @@ class SubscriptionMetrics:
         result: object,
     ) -> None:
         duration = time.monotonic() - started
-        timed_out = duration >= self._message_timeout
+        timed_out = duration >= self._message_timeout * len(messages)  # per message, as timed
         failures = [error] * len(messages) if error else batch_failures(messages, result)
         for failure in failures:
             self.tally.call_ended(_outcome(failure, timed_out=timed_out), duration)

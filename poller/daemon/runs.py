@@ -12,11 +12,13 @@ from collections.abc import Callable, Sequence
 
 from poller.daemon.handlers import HandlerExited
 from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
+from poller.printable import error_text, safe_repr
 from poller.subscription import Deliver, Outcome, OutcomeKind
 
 MayStart = Callable[[Deliver], bool]
 
 _ACKED = OutcomeKind.ACKED
+_FAILED = OutcomeKind.FAILED
 
 
 class Run:
@@ -39,6 +41,7 @@ class Run:
         self.broken = False
         """A delivery did not succeed, or ran so long that the machine may have failed it:
         nothing queued behind the run may start before its retry."""
+        # message_timeout is per message: a batch call of n has n of them, as in the machine.
         self.outcomes: list[Outcome] = []
         """Outcomes of the started deliveries, in the order they ended (appended on the
         handler's thread: a list append is atomic, so the loop reads it without a lock)."""
@@ -81,24 +84,42 @@ class Run:
         return claimed
 
     def ended(self, outcome: Outcome) -> bool:
-        """Record the outcome of the delivery `claim` returned last; False if the run must
-        stop here."""
+        """Record the outcome of the delivery `claim` returned last (stamped with the time its
+        call returned); False if the run must stop here."""
         self.outcomes.append(outcome)
-        if outcome.kind is not _ACKED or self._overran():
+        if outcome.kind is not _ACKED or self._overran(outcome.ended_at):
             self.broken = True
         return not self.broken
 
     def ended_batch(self, outcomes: list[Outcome]) -> None:
         """Record the outcomes of the deliveries `claim_all` returned."""
         self.outcomes += outcomes
-        if self._overran() or any(outcome.kind is not _ACKED for outcome in outcomes):
+        ended_at = outcomes[0].ended_at if outcomes else None
+        if self._overran(ended_at) or any(outcome.kind is not _ACKED for outcome in outcomes):
             self.broken = True
 
-    def _overran(self) -> bool:
+    def _overran(self, ended_at: float | None) -> bool:
         # Timed from the claim, which is no later than the start the machine times from:
-        # shorter than message_timeout here means the machine cannot have failed it.
+        # shorter than the call's timeout here means the machine cannot have failed it.
         current, self.current = self.current, None
-        return current is not None and time.monotonic() - current[1] >= self._timeout
+        if current is None:
+            return False
+        ended = time.monotonic() if ended_at is None else ended_at
+        return ended - current[1] >= self._timeout * len(current[0])
+
+    def crashed(self, error: BaseException) -> list[Outcome]:
+        """Not a handler failing (that is an outcome): the code around it raised. The
+        deliveries whose handler was called count failed, the rest are handed back."""
+        current, self.current = self.current, None
+        ended_at = time.monotonic()
+        outcomes = self.unreported()
+        if current is not None:
+            reason = f"the consumer crashed around the handler: {error_text(error)}"
+            outcomes += [
+                Outcome(command.delivery_id, OutcomeKind.FAILED, reason, ended_at)
+                for command in current[0]
+            ]
+        return outcomes + withdrawn(self.cut())
 
     def unreported(self) -> list[Outcome]:
         """The outcomes recorded since the last call (on the event loop only): a long run's
@@ -122,17 +143,22 @@ HANDLER_REQUESTS = (ParkMessage, RetryMessage, SkipMessage)
 """Exceptions a handler raises to choose its message's outcome, not because it failed."""
 
 
-def outcome_of(delivery_id: int, error: BaseException | None) -> Outcome:
-    """A handler's return (None) or exception, as the machine takes it."""
+def outcome_of(delivery_id: int, error: BaseException | None, ended_at: float) -> Outcome:
+    """A handler's return (None) or exception, as the machine takes it; never raises,
+    whatever the exception's own methods do. Any exception is one failed attempt:
+    `KeyboardInterrupt` and other `BaseException`s too, never the end of the daemon."""
     if error is None or isinstance(error, SkipMessage):
-        return Outcome(delivery_id, _ACKED)
+        return Outcome(delivery_id, _ACKED, "", ended_at)
     if isinstance(error, ParkMessage):
-        return Outcome(delivery_id, OutcomeKind.PARK_REQUESTED, error.reason)
+        reason = error.reason if isinstance(error.reason, str) else safe_repr(error.reason)
+        return Outcome(delivery_id, OutcomeKind.PARK_REQUESTED, reason, ended_at)
     if isinstance(error, RetryMessage):
-        return Outcome(delivery_id, OutcomeKind.FAILED, "retry requested by the handler")
+        return Outcome(delivery_id, _FAILED, "retry requested by the handler", ended_at)
     if isinstance(error, SystemExit):
         error = HandlerExited(error.code)
-    return Outcome(delivery_id, OutcomeKind.FAILED, f"{type(error).__name__}: {error}")
+    elif not isinstance(error, Exception):
+        return Outcome(delivery_id, _FAILED, f"the handler raised {error_text(error)}", ended_at)
+    return Outcome(delivery_id, _FAILED, error_text(error), ended_at)
 
 
 def withdrawn(commands: Sequence[Deliver]) -> list[Outcome]:

@@ -14,7 +14,7 @@ README); commands out: `Deliver`, `Park`, `ReplayDone`, `WriteCheckpoint`, each 
 epoch it was issued in. Modules: settings, envelope, commands,
 tracking (message and delivery records), ledger (checkpoint), checkpoint_batching, consumer_pool
 (capacity; round-robin and dispatch-to-single picks), key_queues (pinned), retry_timer,
-machine.
+timeouts (deadlines and overrunning calls), strict_order (one slot's walk), machine.
 
 Semantics chosen:
 - epochs on writes: WriteCheckpoint, Park and ReplayDone carry the epoch they were issued in,
@@ -47,11 +47,14 @@ Semantics chosen:
   consumer_count_changed: deliveries on removed consumers run on and their acks count.
 - seek: drops the epoch's buffered, backing-off and parking messages; reads and outcomes of
   the old epoch are ignored (Pulsar PIP-84); a WriteCheckpoint(to) is emitted at once.
-- started/withdrawn: message_timeout runs from `started` (the handler began), not from
-  Deliver: a delivery waiting for a thread never times out. A delivery the daemon drops
-  before its handler starts is `withdrawn`: not an attempt; its consumer and key are freed
-  and its message, if still current, is queued again ahead of the others. consumer_died
-  withdraws its unstarted deliveries and fails its started ones.
+- started/withdrawn: message_timeout runs from `started` (the handler call began, n times
+  it for a call of n deliveries), not from Deliver: a delivery waiting for a thread never
+  times out. An outcome is judged by its `ended_at` (when the call returned), before the
+  deadlines due fire. A call past its deadline fails its message there but keeps its
+  consumer (one whole slot) and key until its outcome comes: `overran(delivery_id)`. A
+  delivery the daemon drops before its handler starts is `withdrawn`: not an attempt; its
+  consumer and key are freed and its message, if still current, is queued again ahead of
+  the others. consumer_died withdraws its unstarted deliveries and fails its started ones.
 - strict order: with one consumer and max_in_flight 1 (the live count; not pinned), the
   stream goes in Position order: a message in flight, backing off or parking holds back
   every later one until it is finished.
@@ -84,7 +87,7 @@ Driving it from a daemon:
         for command in commands:  # in order; Park and WriteCheckpoint are reported back
             execute(command)  # through parked(position, epoch) and checkpoint_written(...)
         # outcomes go back a run at a time through machine.finished(outcomes, now), the
-        # starts of deliveries still running through machine.started(ids, now)
+        # handler calls still running through machine.started([[id, ...], ...], now)
     execute(machine.final_checkpoint())
 """
 

@@ -19,6 +19,8 @@ class ConsumerPool:
         self._max_in_flight = max_in_flight * prefetch
         self._count = count
         self._load: dict[int, int] = {}
+        self._held: dict[int, int] = {}
+        """Units of overrunning calls beyond their deliveries (see `hold`)."""
         self._available = list(range(count))
         self._last_picked = -1
 
@@ -33,7 +35,8 @@ class ConsumerPool:
 
     def loads(self) -> dict[int, int]:
         """In-flight deliveries per consumer that has any, removed consumers included."""
-        return dict(self._load)
+        held = self._held
+        return {c: load - held.get(c, 0) for c, load in self._load.items()}
 
     def has_capacity(self, consumer: int) -> bool:
         return consumer < self._count and self._load.get(consumer, 0) < self._max_in_flight
@@ -67,14 +70,29 @@ class ConsumerPool:
         if load == self._max_in_flight:
             del self._available[bisect.bisect_left(self._available, consumer)]
 
-    def release(self, consumer: int) -> bool:
-        """Count one delivery ended; True if a live consumer just got room for another."""
-        load = self._load[consumer] - 1
+    def hold(self, consumer: int, units: int) -> None:
+        """A handler call overran: it fills its slot until it returns, whatever it holds."""
+        before = self._load[consumer]
+        self._load[consumer] = before + units
+        self._held[consumer] = self._held.get(consumer, 0) + units
+        if before < self._max_in_flight <= before + units and consumer < self._count:
+            del self._available[bisect.bisect_left(self._available, consumer)]
+
+    def release(self, consumer: int, held: int = 0) -> bool:
+        """Count one delivery ended (with the units `hold` added for it); True if a live
+        consumer just got room for another."""
+        before = self._load[consumer]
+        load = before - 1 - held
         if load:
             self._load[consumer] = load
         else:
             del self._load[consumer]
-        if load == self._max_in_flight - 1 and consumer < self._count:
+        if held:
+            if left := self._held[consumer] - held:
+                self._held[consumer] = left
+            else:
+                del self._held[consumer]
+        if load < self._max_in_flight <= before and consumer < self._count:
             bisect.insort(self._available, consumer)
             return True
         return False

@@ -14,6 +14,8 @@ from poller.subscription.ledger import Ledger
 from poller.subscription.outcomes import Outcome, OutcomeKind
 from poller.subscription.retry_timer import RetryTimer
 from poller.subscription.settings import SETTINGS_BY_NAME, Strategy, SubscriptionSettings
+from poller.subscription.strict_order import take_in_order
+from poller.subscription.timeouts import Deadlines, Overruns, ended_in_time, stands_after_all
 from poller.subscription.tracking import Delivery, MessageState, TrackedMessage
 
 _QUEUED = MessageState.QUEUED
@@ -59,10 +61,8 @@ class SubscriptionMachine:
         self._keys = KeyQueues(settings.consumers)
         self._retries = RetryTimer()
         self._in_flight: dict[int, Delivery] = {}
-        # Started deliveries in start order, which is deadline order (one timeout, `now`
-        # never goes back) even where it differs from delivery order: timeouts are found at
-        # the front, and an ack removes its delivery in O(1).
-        self._deadlines: collections.OrderedDict[int, Delivery] = collections.OrderedDict()
+        self._deadlines = Deadlines(settings.message_timeout)
+        self._overruns = Overruns(prefetch)
         self._stream_in_flight = 0
         # Messages any consumer may take (every strategy but pinned, and keyless messages
         # under pinned), in the order they go: replays, then due retries, then fresh reads.
@@ -128,6 +128,10 @@ class SubscriptionMachine:
         """Messages backing off before their next attempt."""
         return self._retries.waiting()
 
+    def overran(self, delivery_id: int) -> bool:
+        """Whether a delivery failed at its deadline while its handler call still runs."""
+        return delivery_id in self._overruns
+
     @property
     def draining_keys(self) -> frozenset[str]:
         """Pinned keys still in flight on a consumer that no longer owns them."""
@@ -165,42 +169,28 @@ class SubscriptionMachine:
         """Deliveries ended, in the order they ended; one event for a whole run or batch, so
         the dispatch and the checkpoint are worked out once for all of them.
 
+        Each is judged by when its call returned (`Outcome.ended_at`), before the deadlines
+        due by `now` fire: an ack that beat its deadline counts however late it is reported.
         A late or stale outcome frees its consumer (and key), no more. A withdrawal of a
         delivery whose handler started is ignored (the handler's own outcome follows).
         """
-        out = self._begin(now)
-        for outcome in outcomes:
-            kind = outcome.kind
-            if kind is OutcomeKind.WITHDRAWN:
-                delivery = self._in_flight.get(outcome.delivery_id)
-                if delivery is not None and delivery.deadline is None:
-                    self._withdraw(delivery)
-                continue
-            message = self._end_delivery(outcome.delivery_id)
-            if message is None:
-                continue
-            if kind is OutcomeKind.ACKED:
-                self._complete(message, out)
-            elif kind is OutcomeKind.FAILED:
-                self._fail(message, outcome.detail, out)
-            else:
-                self._park(message, outcome.detail, out)
-        return self._settle(out)
+        return self._settle(self._begin(now, outcomes))
 
-    def started(self, delivery_ids: Sequence[int], now: float) -> list[Command]:
-        """These deliveries' handlers began; message_timeout runs from now.
+    def started(self, calls: Sequence[Sequence[int]], now: float) -> list[Command]:
+        """These handler calls began, each a list of delivery ids (one, or a batch's); a
+        call of n deliveries may run n times message_timeout from now.
 
         A sync handler may wait for a thread: timed from Deliver, messages were parked as
         "timed out after 1.0s (attempt 2 of 2)" without their handler ever being called.
         Unknown, ended and already started ids are ignored.
         """
         out = self._begin(now)
-        deadline = self._now + self._settings.message_timeout
-        for delivery_id in delivery_ids:
-            delivery = self._in_flight.get(delivery_id)
-            if delivery is not None and delivery.deadline is None:
-                delivery.deadline = deadline
-                self._deadlines[delivery_id] = delivery
+        in_flight = self._in_flight
+        for call in calls:
+            known = [in_flight[i] for i in call if i in in_flight]
+            waiting = [delivery for delivery in known if delivery.deadline is None]
+            if waiting:
+                self._deadlines.start(len(call), waiting, self._now)
         return self._settle(out)
 
     def tick(self, now: float) -> list[Command]:
@@ -226,9 +216,11 @@ class SubscriptionMachine:
             if delivery.deadline is None:
                 self._withdraw(delivery)
                 continue
-            message = self._end_delivery(delivery.delivery_id)
+            message = self._end_delivery(delivery)
             if message is not None:
                 self._fail(message, f"consumer {consumer} died", out)
+        for overran in self._overruns.on(consumer):
+            self._free(overran)
         return self._settle(out)
 
     def seek(self, to: Position, new_epoch: int, now: float) -> list[Command]:
@@ -342,20 +334,66 @@ class SubscriptionMachine:
 
     # Internals ---------------------------------------------------------------------------
 
-    def _begin(self, now: float) -> list[Command]:
+    def _begin(self, now: float, outcomes: Sequence[Outcome] = ()) -> list[Command]:
         out: list[Command] = []
         self._now = now = max(now, self._now)
-        deadlines = self._deadlines
-        while deadlines:
-            delivery = next(iter(deadlines.values()))
-            if delivery.deadline is None or delivery.deadline > now:
-                break
-            message = self._end_delivery(delivery.delivery_id)
-            if message is not None:
-                self._fail(message, f"timed out after {self._settings.message_timeout}s", out)
+        for outcome in outcomes:
+            self._take_outcome(outcome, now, out)
+        if overran := self._deadlines.due(now):
+            self._overrun(overran, out)
         for message in self._retries.pop_due(now):
             self._queue(message)
         return out
+
+    def _take_outcome(self, outcome: Outcome, now: float, out: list[Command]) -> None:
+        kind = outcome.kind
+        delivery = self._in_flight.get(outcome.delivery_id)
+        if delivery is None:
+            if self._overruns and kind is not OutcomeKind.WITHDRAWN:
+                self._overrun_returned(outcome, out)
+            return
+        if kind is OutcomeKind.WITHDRAWN:
+            if delivery.deadline is None:
+                self._withdraw(delivery)
+            return
+        message = self._end_delivery(delivery)
+        if message is None:
+            return
+        if delivery.deadline is not None and not ended_in_time(delivery, outcome.ended_at, now):
+            self._fail(message, self._deadlines.reason(delivery), out)
+        elif kind is OutcomeKind.ACKED:
+            self._complete(message, out)
+        elif kind is OutcomeKind.FAILED:
+            self._fail(message, outcome.detail, out)
+        else:
+            self._park(message, outcome.detail, out)
+
+    def _overrun(self, overran: list[Delivery], out: list[Command]) -> None:
+        """Past their deadline and still running: their messages fail now, but they keep
+        their consumer and key until their calls return (see timeouts.py)."""
+        for delivery in overran:
+            del self._in_flight[delivery.delivery_id]
+            message = delivery.message
+            if delivery.is_current:
+                if not message.replayed:
+                    self._stream_in_flight -= 1
+                delivery.attempt = message.attempts
+                self._fail(message, self._deadlines.reason(delivery), out)
+        for consumer, units in self._overruns.add(overran):
+            self._pool.hold(consumer, units)
+
+    def _overrun_returned(self, outcome: Outcome, out: list[Command]) -> None:
+        """An overrun call returned: its consumer and key are free; its outcome stands only
+        if the call beat its deadline after all (see `stands_after_all`)."""
+        delivery = self._overruns.pop(outcome.delivery_id)
+        if delivery is None:
+            return
+        self._free(delivery)
+        if stands_after_all(delivery, outcome.ended_at):
+            if outcome.kind is OutcomeKind.ACKED:
+                self._complete(delivery.message, out)
+            elif outcome.kind is OutcomeKind.PARK_REQUESTED:
+                self._park(delivery.message, outcome.detail, out)
 
     def _settle(self, out: list[Command]) -> list[Command]:
         self._dispatch(out)
@@ -381,53 +419,12 @@ class SubscriptionMachine:
                     self._deliver(ready[0], consumer, out)
             self._dirty.clear()
         if self._pool.single_slot and not self._pinned:
-            self._deliver_oldest(out)
+            unfinished = self._ledger.items()
+            for message in take_in_order(unfinished, self._pool, self._fresh, self._due_retries):
+                self._deliver(message, 0, out)
         else:
             self._drain(self._due_retries, out)
             self._drain(self._fresh, out)
-
-    def _deliver_oldest(self, out: list[Command]) -> None:
-        """One consumer with one slot delivers the stream strictly in order (the README's
-        promise): a message backing off or parking holds back the later ones, as a pinned
-        key's head does. Without this, message 6 was handled before 5's second attempt.
-
-        With prefetch, the slot holds the oldest unfinished messages as one prefix of the
-        stream, which its consumer runs in order; a queued message behind an in-flight one
-        (its run was cut) waits until that prefix has ended. The walk covers at most the
-        slot's own deliveries and the room it has, so it costs O(prefetch), not O(buffer).
-        """
-        if not self._pool.has_capacity(0):
-            return
-        room = self._pool.room(0)
-        # Deliveries still on consumers removed by a count change end in any order: until
-        # they have, nothing is added behind them.
-        ahead_in_order = self._pool.busy_only(0)
-        run: list[TrackedMessage] = []
-        for message in self._ledger.items():
-            state = message.state
-            if state is _IN_FLIGHT:
-                if run or not ahead_in_order:
-                    return
-                continue
-            if state is not _QUEUED:
-                break
-            run.append(message)
-            if len(run) == room:
-                break
-        if not run:
-            return
-        consumer = self._pool.pick()  # consumer 0; picked only now, as round-robin remembers it
-        assert consumer == 0
-        fresh = self._fresh
-        for message in run:
-            while fresh and fresh[0].state is not _QUEUED:  # finished or delivered meanwhile
-                fresh.popleft()
-            if fresh and fresh[0] is message:
-                fresh.popleft()
-            else:
-                # A due or withdrawn retry; several wait only after the consumers shrank to one.
-                self._due_retries.remove(message)
-            self._deliver(message, consumer, out)
 
     def _drain(self, queue: collections.deque[TrackedMessage], out: list[Command]) -> None:
         while queue:
@@ -464,29 +461,31 @@ class SubscriptionMachine:
             )
         )
 
-    def _end_delivery(self, delivery_id: int) -> TrackedMessage | None:
+    def _end_delivery(self, delivery: Delivery) -> TrackedMessage | None:
         """Free the delivery's consumer and key; its message if its outcome still counts.
 
-        Unknown ids (already ended: timed out, failed, consumer died) and stale deliveries
-        (seek, admin skip) return None, so a late ack never finishes a message that is being
-        retried or moves the checkpoint. The caller moves a returned message out of IN_FLIGHT.
+        Stale deliveries (seek, admin skip) return None, so a late ack never finishes a
+        message that is being retried or moves the checkpoint. The caller moves a returned
+        message out of IN_FLIGHT.
         """
-        delivery = self._in_flight.pop(delivery_id, None)
-        if delivery is None:
-            return None
-        self._deadlines.pop(delivery_id, None)
-        if self._pool.release(delivery.consumer) and self._pinned:
-            self._dirty.add(delivery.consumer)
-        message = delivery.message
-        key = self._pinned_key(message)
-        if key is not None:
-            self._keys.release(key, delivery_id)
-            self._touched.add(key)
+        del self._in_flight[delivery.delivery_id]
+        if delivery.deadline is not None:
+            self._deadlines.remove(delivery)
+        self._free(delivery)
         if not delivery.is_current:
             return None
+        message = delivery.message
         if not message.replayed:
             self._stream_in_flight -= 1
         return message
+
+    def _free(self, delivery: Delivery) -> None:
+        if self._pool.release(delivery.consumer, delivery.held) and self._pinned:
+            self._dirty.add(delivery.consumer)
+        key = self._pinned_key(delivery.message)
+        if key is not None:
+            self._keys.release(key, delivery.delivery_id)
+            self._touched.add(key)
 
     def _complete(self, message: TrackedMessage, out: list[Command]) -> None:
         message.state = MessageState.DONE
@@ -516,7 +515,7 @@ class SubscriptionMachine:
         self._touch(message)
 
     def _withdraw(self, delivery: Delivery) -> None:
-        message = self._end_delivery(delivery.delivery_id)
+        message = self._end_delivery(delivery)
         if message is not None:
             message.attempts -= 1
             self._queue(message, ahead=True)

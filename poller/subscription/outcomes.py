@@ -23,3 +23,7 @@ class Outcome(NamedTuple):
     kind: OutcomeKind
     detail: str = ""
     """The error of a FAILED delivery, the reason of a PARK_REQUESTED one."""
+    ended_at: float | None = None
+    """When the handler call returned (the machine's clock); None: when it is reported. The
+    machine judges message_timeout by it, so an ack that ended before its deadline counts
+    however late the report reaches it."""

@@ -118,7 +118,9 @@ class SubscriptionSettings:
     # consumers are an explicit choice.
     consumers: int = _setting(1, "Handler instances working in parallel", "consumers", 1, 1024)
     max_in_flight: int = _setting(1, "Messages one consumer handles at once", "messages", 1, 10_000)
-    message_timeout: float = _seconds(30.0, "How long a handler may run before it counts failed")
+    message_timeout: float = _seconds(
+        30.0, "How long a handler may run before it counts failed (a batch call: this per message)"
+    )
     max_retry_count: int = _setting(
         10, "Delivery attempts, the first included, before a message is parked", "attempts", 1, 1000
     )

@@ -47,6 +47,12 @@ class Delivery:
     message: TrackedMessage
     deadline: float | None = None
     """When it times out; None until its handler starts, so waiting for a thread is free."""
+    call_size: int = 1
+    """Deliveries in its handler call (a batch's size): the call has that many timeouts."""
+    held: int = 0
+    """Overran: consumer units it holds beyond its own, so that its call fills one slot."""
+    attempt: int = 0
+    """Overran: the attempt its deadline failed, which an outcome that beat it may undo."""
 
     @property
     def is_current(self) -> bool:

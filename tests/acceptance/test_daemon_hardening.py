@@ -1,6 +1,7 @@
 """Handlers and operators doing what the daemon must survive: error text PostgreSQL cannot
-store, a handler calling sys.exit, a subscription deleted under a running daemon, a handler
-that never returns when SIGTERM comes."""
+store, a handler calling sys.exit, one raising an unprintable exception, a BaseException or
+KeyboardInterrupt, a subscription deleted under a running daemon, a handler that never returns
+when SIGTERM comes."""
 
 import re
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from tests.support.stored import create_subscription, stored_checkpoint
 from tests.support.writers import append_committed
 
 HOSTILE = "tests.support.recording_handler:record_unless_hostile"
+HOSTILE_ASYNC = "tests.support.recording_handler:record_unless_hostile_async"
 
 
 @pytest.fixture
@@ -66,6 +68,38 @@ def test_a_hostile_handler_failure_parks_its_message_and_delivery_goes_on(
     assert re.search(expected_error, errors[hostile]), errors[hostile]
     assert daemon.alive(), daemons.logs()
     assert daemon.terminate() == 0, daemons.logs()
+
+
+def test_whatever_an_async_handler_raises_its_message_is_retried_parked_and_named(
+    database_url: str, daemons: DaemonGroup
+) -> None:
+    """An unprintable exception spun the event loop at 100% CPU, deaf to SIGTERM; a
+    BaseException of the handler's own stalled delivery silently; KeyboardInterrupt ended the
+    daemon with "Aborted!", on every restart."""
+    create_subscription(database_url, "sub", "pub", max_retry_count=2, retry_backoff_initial=0.05)
+    kinds = ["RaisesUnprintable", "RaisesBaseException", "RaisesKeyboardInterrupt"]
+    hostile = {append_typed(database_url, "pub", kind): kind for kind in kinds}
+    after = set(append_committed(database_url, "pub", 3))
+    daemon = daemons.start("sub", handler=HOSTILE_ASYNC)
+
+    wait_until(lambda: handled_positions(database_url) >= after, 30, "the later messages")
+    errors = wait_until(
+        lambda: (found := parked_errors(database_url, "sub")).keys() == hostile.keys() and found,
+        30,
+        "the three parked rows",
+    )
+    says = {
+        "RaisesUnprintable": r"^UnprintableError: .*str\(\) failed.* \(attempt 2 of 2\)",
+        "RaisesBaseException": r"^the handler raised HandlersOwnBaseError: its own",
+        "RaisesKeyboardInterrupt": r"^the handler raised KeyboardInterrupt",
+    }
+    for position, kind in hostile.items():
+        assert re.search(says[kind], errors[position]), errors[position]
+    interrupted = next(p for p, kind in hostile.items() if kind == "RaisesKeyboardInterrupt")
+    log = daemon.log()
+    assert re.search(rf"raised KeyboardInterrupt on .*position={interrupted}\b", log), log
+    assert daemon.alive(), daemons.logs()
+    assert daemon.terminate(timeout=10) == 0, daemons.logs()
 
 
 def test_deleting_one_subscription_stops_only_its_worker(

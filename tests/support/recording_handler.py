@@ -63,3 +63,23 @@ def record_unless_hostile(message: Message) -> None:
     record(message)
     if message.message_type == "Blocks":
         time.sleep(600)  # recorded first, so the test knows the handler started
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+class HandlersOwnBaseError(BaseException):
+    """Neither Exception, SystemExit nor KeyboardInterrupt."""
+
+
+async def record_unless_hostile_async(message: Message) -> None:
+    """An `async def` handler raising what once hung, stalled or ended the daemon."""
+    if message.message_type == "RaisesUnprintable":
+        raise UnprintableError
+    if message.message_type == "RaisesBaseException":
+        raise HandlersOwnBaseError("its own")
+    if message.message_type == "RaisesKeyboardInterrupt":
+        raise KeyboardInterrupt
+    record(message)

@@ -4,17 +4,19 @@ succeed, batch handlers' outcomes, and "started" and "withdrawn" never both for 
 import asyncio
 import datetime
 import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from outbox.positions import Position
 from poller.batch_handlers import batch_handler
+from poller.daemon.consumers import Consumers
 from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.runs import Run, withdrawn
 from poller.message import Message
 from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
-from poller.subscription import Deliver, Envelope, OutcomeKind
+from poller.subscription import Deliver, Envelope, Outcome, OutcomeKind
 
 ACKED, FAILED = OutcomeKind.ACKED, OutcomeKind.FAILED
 PARK, WITHDRAWN = OutcomeKind.PARK_REQUESTED, OutcomeKind.WITHDRAWN
@@ -266,3 +268,139 @@ async def test_a_failure_logs_its_traceback_at_debug_and_a_handler_request_does_
     assert record.levelname == "DEBUG"
     assert record.exc_info is not None
     assert record.exc_info[0] is ZeroDivisionError
+
+
+class BadStr(Exception):  # noqa: N818 - the name the issue gave it
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+class BadEverything(Exception):  # noqa: N818 - named for what it does
+    def __str__(self) -> str:
+        raise RuntimeError
+
+    def __repr__(self) -> str:
+        raise RuntimeError
+
+
+class Custom(BaseException):
+    """Neither Exception, SystemExit nor KeyboardInterrupt."""
+
+
+class ListKeyed(Mapping[object, BaseException]):
+    """A mapping whose keys cannot be hashed."""
+
+    def __getitem__(self, key: object) -> BaseException:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[object]:
+        return iter([[1, 2]])
+
+    def __len__(self) -> int:
+        return 1
+
+
+def handler_of_kind(kind: str, error: BaseException) -> Any:
+    def sync_handler(_message: Any) -> None:
+        raise error
+
+    async def async_handler(_message: Any) -> None:
+        raise error
+
+    handler = sync_handler if kind in ("sync", "batch") else async_handler
+    return batch_handler(max_batch_size=10)(handler) if kind.startswith("batch") else handler
+
+
+@pytest.mark.parametrize("kind", ["sync", "async", "batch", "batch-async"])
+@pytest.mark.parametrize(
+    ("error", "says"),
+    [
+        (BadStr(), "BadStr: "),
+        (BadEverything(), "BadEverything: <unprintable BadEverything> (str() failed)"),
+        (Custom("mine"), "the handler raised Custom: mine"),
+        (KeyboardInterrupt(), "the handler raised KeyboardInterrupt"),
+        (asyncio.CancelledError(), "the handler raised CancelledError"),
+    ],
+)
+async def test_whatever_a_handler_raises_is_one_failed_attempt(
+    kind: str, error: BaseException, says: str
+) -> None:
+    """An unprintable exception crashed the consumer in a loop; a BaseException of the
+    handler's own stalled its slot for good; KeyboardInterrupt ended the daemon."""
+    run = Run(deliveries(2), 30.0)
+    outcomes = await run_through(handler_of_kind(kind, error), run)
+    assert outcomes[0] == (1, FAILED)
+    assert run.outcomes[0].detail.startswith(says), run.outcomes[0].detail
+    assert run.outcomes[0].ended_at is not None
+    assert run.broken
+
+
+async def test_a_cancellation_of_the_daemon_still_cancels_an_async_handler() -> None:
+    started = asyncio.Event()
+
+    async def waits(_message: Message) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    caller = HandlerCaller(waits, 1)
+    call = asyncio.ensure_future(caller(Run(deliveries(1), 30.0), always))
+    await started.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+
+
+@pytest.mark.parametrize(
+    ("returned", "says"),
+    [
+        (lambda messages: {messages[0].at: BadStr()}, "BadStr: "),
+        (lambda _messages: ListKeyed(), "not in its batch: [[1, 2]]"),
+        (lambda messages: {messages[0].at: BadEverything}, "not <class"),
+    ],
+)
+async def test_a_batch_return_that_cannot_be_read_fails_the_batch(returned: Any, says: str) -> None:
+    @batch_handler()
+    def handler(messages: list[Message]) -> object:
+        return returned(messages)
+
+    run = Run(deliveries(2), 30.0)
+    assert (await run_through(handler, run))[0] == (1, FAILED)
+    assert says in run.outcomes[0].detail, run.outcomes[0].detail
+
+
+async def test_a_consumer_that_crashes_around_the_handler_fails_the_attempt_and_pauses() -> None:
+    """A crash outside the handler withdrew the delivery (no attempt counted), which went
+    straight back to the same slot: a hot loop that starved the event loop."""
+    reported: list[Outcome] = []
+    calls = 0
+
+    async def crashing(run: Run) -> None:
+        nonlocal calls
+        calls += 1
+        run.claim(always)
+        raise RuntimeError("a bug around the handler")
+
+    consumers = Consumers(
+        slots=1,
+        run_limit=10,
+        batch_wait=0.0,
+        message_timeout=30.0,
+        execute=crashing,
+        report=reported.extend,
+    )
+    commands = deliveries(2)
+    for command in commands:
+        consumers.push(command)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 0.3
+    while loop.time() < deadline:
+        if reported and len(reported) % 2 == 0:
+            for command in commands:  # the machine's retry, at once: no backoff
+                consumers.push(command)
+            reported.append(reported[-1])  # keep the count odd until the next report
+        await asyncio.sleep(0.005)
+    await consumers.close()
+    assert (reported[0].delivery_id, reported[0].kind) == (1, FAILED)
+    assert "crashed around the handler: RuntimeError" in reported[0].detail
+    assert (reported[1].delivery_id, reported[1].kind) == (2, WITHDRAWN)
+    assert calls <= 4, calls  # pauses of 0.1, 0.2 s: not thousands of calls

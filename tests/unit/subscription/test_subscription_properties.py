@@ -122,6 +122,9 @@ class Flight:
     replay: ModelReplay | None
     in_order: bool = False
     """Delivered with one consumer and one slot since the last seek, crash or count change."""
+    overran: bool = False
+    """Its handler ran past message_timeout and has not returned: its message failed at the
+    deadline, but it keeps its consumer's slot and its key until it answers."""
 
 
 class SubscriptionModel(RuleBasedStateMachine):
@@ -214,15 +217,20 @@ class SubscriptionModel(RuleBasedStateMachine):
         return checkpoint
 
     def _expire(self) -> None:
-        """The timeouts the machine fires first thing in any event at `now`."""
-        due = [
-            f for f in self.flights.values() if f.deadline is not None and f.deadline <= self.now
-        ]
-        for flight in due:
-            self._end(flight, "fail")
+        """The timeouts the machine fires in any event at `now`: the message fails, the
+        handler runs on (overran) and holds its slot and key."""
+        for flight in self.flights.values():
+            if flight.deadline is not None and flight.deadline <= self.now and not flight.overran:
+                flight.overran = True
+                self._decide(flight, "fail")
 
     def _end(self, flight: Flight, outcome: str) -> None:
+        """The handler answered: an overran one only frees its slot and key."""
         del self.flights[flight.delivery_id]
+        if not flight.overran:
+            self._decide(flight, outcome)
+
+    def _decide(self, flight: Flight, outcome: str) -> None:
         limit = self.settings.max_retry_count
         position = flight.envelope.position
         target: ModelMessage | ModelReplay | None = flight.stream or flight.replay
@@ -311,14 +319,34 @@ class SubscriptionModel(RuleBasedStateMachine):
             self.last_request_at = self.now
             self.finished_since_request = 0
         self._assert_no_consumer_idles_while_work_is_ready()
+        self._cut_behind_overruns()
         return writes
+
+    def _cut_behind_overruns(self) -> None:
+        """One slot run in order: what waits behind a handler that overran cannot start
+        until it returns, so the daemon hands it back (withdrawn) at its next tick."""
+        if not self._fifo() or not any(f.overran for f in self.flights.values()):
+            return
+        stuck = [f for f in self.flights.values() if f.deadline is None]
+        if not stuck:
+            return
+        for flight in stuck:
+            self.hand.discard(flight.delivery_id)
+            self._end_withdrawn(flight)
+        outcomes = [Outcome(f.delivery_id, OutcomeKind.WITHDRAWN) for f in stuck]
+        self._call(lambda: self.machine.finished(outcomes, self.now))
 
     def _strict(self) -> bool:
         """One consumer with one slot: the stream goes strictly in Position order."""
         return not self.pinned and self.consumers == 1 and self.settings.max_in_flight == 1
 
     def _has_room(self, consumer: int) -> bool:
-        load = sum(1 for flight in self.flights.values() if flight.consumer == consumer)
+        """An overran handler fills its slot (`prefetch` deliveries' worth) until it returns."""
+        load = sum(
+            self.prefetch if flight.overran else 1
+            for flight in self.flights.values()
+            if flight.consumer == consumer
+        )
         return consumer < self.consumers and load < self.settings.max_in_flight * self.prefetch
 
     def _in_order_ready(self) -> list[ModelMessage]:
@@ -691,7 +719,7 @@ class SubscriptionModel(RuleBasedStateMachine):
                     position = flight.envelope.position
                     assert self.last_start is None or self.last_start <= position
                     self.last_start = position
-        self._call(lambda: self.machine.started(ids, self.now))
+        self._call(lambda: self.machine.started([[i] for i in ids], self.now))
 
     def _start_ordering_anew(self) -> None:
         """Deliveries from before a seek, crash or count change may start in any order."""
@@ -719,10 +747,10 @@ class SubscriptionModel(RuleBasedStateMachine):
         self._expire()
         outcomes = []
         for delivery_id, outcome in answers:
-            timed_out = delivery_id not in self.flights
+            timed_out = delivery_id not in self.flights or self.flights[delivery_id].overran
             self.hand.discard(delivery_id)
             self.answered.append(delivery_id)
-            if not timed_out:
+            if delivery_id in self.flights:
                 self._end(self.flights[delivery_id], outcome)
             kind, detail = OUTCOME_EVENTS[outcome]
             outcomes.append(Outcome(delivery_id, kind, detail))
@@ -737,6 +765,9 @@ class SubscriptionModel(RuleBasedStateMachine):
         self._call(lambda: self.machine.finished(outcomes, self.now))
 
     def _answer(self, delivery_id: int, outcome: str) -> None:
+        if self._fifo():
+            self._answer_run([(delivery_id, outcome)])  # it may cut what waits behind it
+            return
         flight = self.flights.get(delivery_id)
         if flight is not None and flight.deadline is None:
             self._start([delivery_id])  # a handler answers only once it has started
@@ -817,7 +848,13 @@ class SubscriptionModel(RuleBasedStateMachine):
 
     @invariant()
     def a_replay_is_in_flight_once(self) -> None:
-        replays = [f.envelope.position for f in self.flights.values() if f.replay is not None]
+        """An overran attempt may still run beside its retry on another consumer (not under
+        pinned, whose key it holds), as a stream message's does."""
+        replays = [
+            f.envelope.position
+            for f in self.flights.values()
+            if f.replay is not None and not f.overran
+        ]
         assert len(replays) == len(set(replays)), replays
 
     @invariant()

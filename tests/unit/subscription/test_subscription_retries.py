@@ -47,19 +47,21 @@ def test_a_timed_out_delivery_is_retried_and_its_late_ack_ignored() -> None:
     settings = make_settings(Strategy.ROUND_ROBIN, message_timeout=30.0)
     machine = make_machine(settings)
     first = only_delivery(machine.messages_read([message(1)], 0, 0.0))
-    assert machine.started([first.delivery_id], 0.0) == []
+    assert machine.started([[first.delivery_id]], 0.0) == []
 
     assert machine.tick(29.99) == []
     assert machine.in_flight_by_consumer == {0: 1}
     assert machine.tick(30.0) == []
-    assert machine.in_flight_by_consumer == {}
+    assert machine.retry_queue_length == 1
+    assert machine.in_flight_by_consumer == {0: 1}  # its handler still runs
 
     # The handler finishes after the timeout: too late, the message is being retried.
     assert acked(machine, first.delivery_id, 30.05) == []
+    assert machine.in_flight_by_consumer == {}
     assert machine.checkpoint == START
     retry = only_delivery(machine.tick(30.0 + settings.retry_backoff_initial))
     assert retry.attempt == 2
-    machine.started([retry.delivery_id], 30.5)
+    machine.started([[retry.delivery_id]], 30.5)
     assert acked(machine, retry.delivery_id, 31.0) == [WriteCheckpoint(at(1), 0)]
 
 
@@ -130,13 +132,14 @@ def test_an_earlier_now_counts_as_the_latest_seen() -> None:
     settings = make_settings(Strategy.ROUND_ROBIN, consumers=1, max_in_flight=2, message_timeout=5)
     machine = make_machine(settings)
     first = only_delivery(machine.messages_read([message(1)], 0, 10.0))
-    machine.started([first.delivery_id], 10.0)
+    machine.started([[first.delivery_id]], 10.0)
     assert machine.tick(14.0) == []
     # A stale clock read: the delivery's deadline is 14 + 5, not 3 + 5.
     second = only_delivery(machine.messages_read([message(2)], 0, 3.0))
-    machine.started([second.delivery_id], 3.0)
+    machine.started([[second.delivery_id]], 3.0)
     machine.tick(15.0)
-    assert machine.in_flight_by_consumer == {0: 1}
+    assert machine.retry_queue_length == 1  # the first, at 10 + 5; the second runs to 19
+    assert machine.in_flight_by_consumer == {0: 2}  # the first overran; its handler runs on
 
 
 def test_the_timeout_runs_from_the_handlers_start_in_start_order() -> None:
@@ -148,10 +151,10 @@ def test_the_timeout_runs_from_the_handlers_start_in_start_order() -> None:
     first, second = deliveries(machine.messages_read([message(1), message(2)], 0, 0.0))
     assert machine.tick(100.0) == []  # neither started: neither times out
     assert machine.in_flight_by_consumer == {0: 2}
-    machine.started([second.delivery_id], 100.0)
-    machine.started([first.delivery_id, 12345], 100.5)  # unknown ids are ignored
+    machine.started([[second.delivery_id]], 100.0)
+    machine.started([[first.delivery_id], [12345]], 100.5)  # unknown ids are ignored
     machine.tick(101.0)
-    assert machine.in_flight_by_consumer == {0: 1}  # second timed out; first runs on
+    assert machine.retry_queue_length == 1  # second timed out; first runs on
     retry = only_delivery(acked(machine, first.delivery_id, 101.4))  # after its backoff
     assert (retry.envelope.position, retry.attempt) == (at(2), 2)
     assert machine.checkpoint == at(1)
@@ -163,7 +166,7 @@ def test_a_withdrawn_delivery_is_not_an_attempt() -> None:
     first = only_delivery(machine.messages_read([message(1), message(2)], 0, 0.0))
     again = only_delivery(withdrawn(machine, first.delivery_id, 1.0))
     assert (again.envelope.position, again.attempt) == (at(1), 1)  # not parked, not at(2)
-    machine.started([again.delivery_id], 1.0)
+    machine.started([[again.delivery_id]], 1.0)
     assert withdrawn(machine, again.delivery_id, 1.5) == []  # started: too late to withdraw
     assert machine.in_flight_by_consumer == {0: 1}
 
@@ -182,7 +185,7 @@ def test_a_dead_consumers_unstarted_deliveries_are_withdrawn() -> None:
     settings = make_settings(Strategy.ROUND_ROBIN, consumers=1, max_in_flight=2, max_retry_count=1)
     machine = make_machine(settings)
     first, _unstarted = deliveries(machine.messages_read([message(1), message(2)], 0, 0.0))
-    machine.started([first.delivery_id], 0.0)
+    machine.started([[first.delivery_id]], 0.0)
     commands = machine.consumer_died(0, 1.0)
     (park,) = [command for command in commands if isinstance(command, Park)]
     assert park.envelope.position == at(1)  # started: its one attempt failed

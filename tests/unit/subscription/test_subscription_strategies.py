@@ -131,7 +131,7 @@ def test_a_dead_consumers_messages_are_retried_elsewhere() -> None:
     machine = make_machine(settings)
     first, _ = deliveries(machine.messages_read([message(1), message(2)], 0, 0.0))
     assert first.consumer == 0
-    machine.started([first.delivery_id], 0.0)
+    machine.started([[first.delivery_id]], 0.0)
 
     assert machine.consumer_died(0, 1.0) == []
     assert machine.in_flight_by_consumer == {1: 1}
