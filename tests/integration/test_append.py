@@ -131,17 +131,23 @@ def test_a_repeated_message_id_returns_the_existing_position(database_url: str) 
                 NewMessage("OrderPlaced", {}, message_id="order-2"),
                 NewMessage("OrderPlaced", {}, message_id="order-1"),
                 NewMessage("OrderPlaced", {}, message_id="order-2"),
+                NewMessage("OrderPlaced", {"without": "id"}),
             ],
         )
         conn.commit()
         stored = conn.execute(
             "SELECT data FROM outbox.messages WHERE message_id = 'order-1'"
         ).fetchone()
+        fresh = conn.execute(
+            "SELECT data, message_id::uuid IS NOT NULL FROM outbox.messages WHERE position = %s",
+            (batch[3],),
+        ).fetchone()
     assert again == first
     assert batch[1] == first
     assert batch[0] == batch[2] != first
     assert stored == ({"v": 1},)
-    assert count_rows(database_url) == 2
+    assert fresh == ({"without": "id"}, True)  # a message without an id in the batch: a UUID
+    assert count_rows(database_url) == 3
 
 
 def test_the_same_message_id_in_two_publications_is_two_messages(database_url: str) -> None:
