@@ -5,7 +5,7 @@ Sync and async share one source: each write is a plan, a generator that yields
 awaiting, so the logic is written once and cannot drift between the twins.
 """
 
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Any, LiteralString
 
 from outbox.connection import AsyncConnection, Rows, SyncConnection, fetch_all, fetch_all_async
@@ -201,7 +201,7 @@ def _plan_many(publication: str, encoded: list[EncodedMessage], notify: bool) ->
 
 
 def _append_batch(
-    name: str, publication: str, message_ids: list[str | None], encoded: list[EncodedMessage]
+    name: str, publication: str, message_ids: Sequence[str | None], encoded: list[EncodedMessage]
 ) -> Step:
     return QUERIES[name], {
         "publication": publication,

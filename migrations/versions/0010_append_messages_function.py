@@ -91,4 +91,6 @@ $function$;
 
 
 def downgrade() -> None:
-    op.execute("DROP FUNCTION outbox.append_messages(text, text[], text[], text[], jsonb[], jsonb[])")
+    op.execute(
+        "DROP FUNCTION outbox.append_messages(text, text[], text[], text[], jsonb[], jsonb[])"
+    )

@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 import outbox
-from outbox import InvalidMessageError, NewMessage, UnsupportedConnectionError
+from outbox import InvalidMessageError, NewMessage, UnsupportedConnectionError, WriterSettingsError
+from outbox.settings import writer_settings
 
 
 def count_rows(url: str, publication: str = "orders") -> int:
@@ -250,6 +251,29 @@ def test_a_name_with_quotes_semicolons_and_markup_is_stored_as_given(database_ur
         outbox.append(conn, name, "T", {})
         conn.commit()
     assert count_rows(database_url, name) == 1
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", ""])
+def test_a_bad_payload_limit_names_the_variable_and_leaves_the_transaction_usable(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("OUTBOX_MAX_PAYLOAD_BYTES", value)
+    writer_settings.cache_clear()
+    try:
+        with psycopg.connect(database_url) as conn:
+            with pytest.raises(WriterSettingsError) as refused:
+                outbox.append(conn, "orders", "T", {})
+            with pytest.raises(WriterSettingsError):
+                outbox.append_many(conn, "orders", [NewMessage("T", {})])
+            conn.execute("SELECT 1")  # no SQL ran: the transaction is usable
+    finally:
+        monkeypatch.delenv("OUTBOX_MAX_PAYLOAD_BYTES")
+        writer_settings.cache_clear()
+    assert isinstance(refused.value, ValueError)
+    assert str(refused.value) == (
+        f"OUTBOX_MAX_PAYLOAD_BYTES={value!r} is refused: expected a whole number of bytes"
+        " greater than 0"
+    )
 
 
 def test_a_bad_message_in_a_batch_writes_none_of_it(database_url: str) -> None:

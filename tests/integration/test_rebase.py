@@ -162,10 +162,8 @@ def test_messages_written_before_the_counter_passed_the_restored_ids_are_refused
         f"3 messages written in this cluster since the restore (positions {written_here[0]} to"
         f" {written_here[-1]}) have transaction ids below restored ones"
     )
-    assert (
-        f"'sub' has passed 3 of them (positions {written_here[0]} to {written_here[-1]})"
-        in str(refused.value)
-    )
+    passed = f"'sub' has passed 3 of them (positions {written_here[0]} to {written_here[-1]})"
+    assert passed in str(refused.value)
 
 
 def _restored_outbox(url: str, ahead: int = AHEAD) -> tuple[list[int], Position]:
