@@ -115,8 +115,8 @@ def _refuse_messages_written_among_restored(
     _, count, first, last = rows[0]
     if not count:
         return
-    behind = "; ".join(
-        f"{subscription!r} has passed {passed} of them (positions {low} to {high})"
+    behind = ", ".join(
+        f"{subscription!r} {passed} (positions {low} to {high})"
         for subscription, passed, low, high in rows[1:]
     )
     raise RebaseRefusedError(
@@ -124,7 +124,11 @@ def _refuse_messages_written_among_restored(
         f" {last}) have transaction ids below restored ones: the cluster's transaction counter"
         " passed the restored ids before a rebase, and daemons may have delivered since, so"
         " their order can no longer be mended without repeating or losing messages."
-        + (f" {behind}, which it will not deliver unless seeked back" if behind else "")
+        + (
+            f" Behind a checkpoint, so not delivered unless it is seeked back: {behind}"
+            if behind
+            else ""
+        )
     )
 
 
