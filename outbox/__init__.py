@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from outbox.errors import InvalidMessageError as InvalidMessageError
     from outbox.errors import OutboxError as OutboxError
     from outbox.errors import UnsupportedConnectionError as UnsupportedConnectionError
+    from outbox.errors import WriterSettingsError as WriterSettingsError
     from outbox.messages import NewMessage as NewMessage
     from outbox.writer import append as append
     from outbox.writer import append_async as append_async
@@ -33,6 +34,7 @@ _WRITER_API = {
     "NewMessage": "outbox.messages",
     "OutboxError": "outbox.errors",
     "UnsupportedConnectionError": "outbox.errors",
+    "WriterSettingsError": "outbox.errors",
     "append": "outbox.writer",
     "append_async": "outbox.writer",
     "append_many": "outbox.writer",

@@ -23,5 +23,10 @@ def _shown(value: object) -> str:
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
+class WriterSettingsError(OutboxError, ValueError):
+    """An OUTBOX_* variable the writer reads was refused; the message names it and its value.
+    Raised before any SQL ran, so the caller's transaction is still usable."""
+
+
 class UnsupportedConnectionError(OutboxError, TypeError):
     """append() was given something that is not a connection it knows how to write through."""

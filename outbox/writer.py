@@ -5,7 +5,7 @@ Sync and async share one source: each write is a plan, a generator that yields
 awaiting, so the logic is written once and cannot drift between the twins.
 """
 
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Any, LiteralString
 
 from outbox.connection import AsyncConnection, Rows, SyncConnection, fetch_all, fetch_all_async
@@ -27,7 +27,6 @@ Plan = Generator[Step, Rows, list[int]]
 
 _APPEND_NEW_MESSAGE = QUERIES["append_new_message"]
 _APPEND_MESSAGE = QUERIES["append_message"]
-_LOCK_MESSAGE_IDS = QUERIES["lock_message_ids"]
 _NOTIFY_PUBLICATION = QUERIES["notify_publication"]
 
 
@@ -181,16 +180,17 @@ def _plan_one(publication: str, message: EncodedMessage, notify: bool) -> Plan:
 def _plan_many(publication: str, encoded: list[EncodedMessage], notify: bool) -> Plan:
     if not encoded:
         return []
-    given = [m.message_id for m in encoded if m.message_id is not None]
-    # A batch's ids are made here, not by the server: its positions are matched back to the
-    # messages by id.
-    message_ids = [fresh_message_id() if m.message_id is None else m.message_id for m in encoded]
-    if given:
-        yield _lock_message_ids(publication, given)
-        rows = yield _append_batch("append_messages", publication, message_ids, encoded)
-        positions = [row[1] for row in rows]
+    if any(m.message_id is not None for m in encoded):
+        # One call, so the locks on the given ids hold until the lookup and insert even when
+        # each statement is a transaction of its own (autocommit). The server makes the ids
+        # not given (null), so only the given ones are locked and looked up.
+        given = [m.message_id for m in encoded]
+        rows = yield _append_batch("append_messages", publication, given, encoded)
+        positions: list[int] = rows[0][0]
     else:
-        # RETURNING order is not promised by SQL; the generated ids are unique, so map by them.
+        # A batch's ids are made here, not by the server: its positions are matched back to
+        # the messages by id (RETURNING order is not promised by SQL).
+        message_ids = [fresh_message_id() for _ in encoded]
         by_id: dict[str, int] = dict(
             (yield _append_batch("append_new_messages", publication, message_ids, encoded))
         )
@@ -201,7 +201,7 @@ def _plan_many(publication: str, encoded: list[EncodedMessage], notify: bool) ->
 
 
 def _append_batch(
-    name: str, publication: str, message_ids: list[str], encoded: list[EncodedMessage]
+    name: str, publication: str, message_ids: Sequence[str | None], encoded: list[EncodedMessage]
 ) -> Step:
     return QUERIES[name], {
         "publication": publication,
@@ -211,12 +211,6 @@ def _append_batch(
         "datas": [m.data for m in encoded],
         "headers": [m.headers for m in encoded],
     }
-
-
-def _lock_message_ids(publication: str, message_ids: list[str]) -> Step:
-    # No unique index can span partitions: the lock makes a concurrent duplicate wait for this
-    # transaction, and this one for an earlier duplicate, before the lookup.
-    return _LOCK_MESSAGE_IDS, {"publication": publication, "message_ids": message_ids}
 
 
 def _notify(publication: str) -> Step:

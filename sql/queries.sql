@@ -1,14 +1,6 @@
 -- Every query the product runs, by name. A block starts with `-- name --`, then one comment
 -- line saying what it does, then the statement. Loaded once by outbox/queries.py.
 
--- lock_message_ids --
--- Locks each (publication, message_id) of a batch until commit, in key order so two batches cannot deadlock; the lookup that follows, a statement of its own, then sees any duplicate committed meanwhile (partitions make a unique index across them impossible). outbox.append_message takes the same key for a single append.
-SELECT count(pg_advisory_xact_lock(lock_key))
-FROM (SELECT DISTINCT hashtextextended(
-          length(%(publication)s) || ':' || %(publication)s || message_id, 0) AS lock_key
-      FROM unnest(%(message_ids)s::text[]) AS t(message_id)
-      ORDER BY lock_key) AS keys
-
 -- append_message --
 -- Appends one message with the caller's message_id in one round trip (lock, lookup, insert: see outbox.append_message); returns its position, or the existing position for a repeated id.
 SELECT outbox.append_message(%(publication)s, %(message_id)s, %(message_type)s, %(partition_key)s,
@@ -35,37 +27,10 @@ ORDER BY ordinal
 RETURNING message_id, position
 
 -- append_messages --
--- Appends a batch in one statement (lock_message_ids first); returns (ordinal, position) for every input row, existing positions for repeated ids, the first row's for an id repeated in the batch.
-WITH input AS (
-    SELECT *
-    FROM unnest(%(message_ids)s::text[], %(message_types)s::text[], %(partition_keys)s::text[],
-                %(datas)s::text[], %(headers)s::text[])
-         WITH ORDINALITY AS t(message_id, message_type, partition_key, data, headers, ordinal)
-),
-existing AS (
-    SELECT m.message_id, m.position FROM outbox.messages AS m
-    WHERE m.publication_id = %(publication)s
-      AND m.message_id = ANY(%(message_ids)s::text[])
-),
-fresh AS (
-    SELECT DISTINCT ON (input.message_id) input.*
-    FROM input
-    WHERE NOT EXISTS (SELECT FROM existing WHERE existing.message_id = input.message_id)
-    ORDER BY input.message_id, input.ordinal
-),
-inserted AS (
-    INSERT INTO outbox.messages
-        (publication_id, message_id, message_type, partition_key, data, headers)
-    SELECT %(publication)s, message_id, message_type, partition_key, data::jsonb, headers::jsonb
-    FROM fresh
-    ORDER BY ordinal
-    RETURNING message_id, position
-)
-SELECT input.ordinal, coalesce(inserted.position, existing.position) AS position
-FROM input
-LEFT JOIN inserted ON inserted.message_id = input.message_id
-LEFT JOIN existing ON existing.message_id = input.message_id
-ORDER BY input.ordinal
+-- Appends a batch with some or all message_ids given (null: a fresh UUID) in one round trip (locks, lookup, insert: see outbox.append_messages); returns one array, the position of each message in the order given, existing positions for repeated ids.
+SELECT outbox.append_messages(%(publication)s, %(message_ids)s::text[], %(message_types)s::text[],
+                              %(partition_keys)s::text[], %(datas)s::text[]::jsonb[],
+                              %(headers)s::text[]::jsonb[])
 
 -- notify_publication --
 -- Wakes listening pollers at commit; opt-in, because NOTIFY serialises committing writers.

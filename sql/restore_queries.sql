@@ -36,9 +36,35 @@ WHERE l.expires_at > clock_timestamp()
 ORDER BY l.subscription_id
 
 -- rebase_last_restored_position --
--- The last position a restore wrote: a row inserted in this cluster holds its own transaction's id in xmin, a restored row the restore's; positions continue after the restored ones, so every later row was written here.
-SELECT coalesce(max(position), 0) FROM outbox.messages
-WHERE xmin::text::bigint <> transaction_id::text::bigint % 4294967296
+-- The last position a restore wrote. A row written here holds in xmin its transaction's id, or in a subtransaction (SAVEPOINT, an EXCEPTION block) the subtransaction's, which is assigned after its transaction's: never an id older than its transaction_id. So a row whose xmin is older proves its writer (one restoring COPY) a restore, and every row that writer wrote was restored; positions continue after the restored ones, so every later row was written here.
+WITH restoring AS (
+    SELECT DISTINCT m.xmin
+    FROM outbox.messages AS m,
+         (SELECT pg_snapshot_xmax(pg_current_snapshot()) AS next_id) AS n
+    WHERE outbox.widen_xid_around(m.xmin, n.next_id) < m.transaction_id
+)
+SELECT coalesce(max(m.position), 0) FROM outbox.messages AS m
+WHERE m.xmin IN (SELECT xmin FROM restoring)
+
+-- rebase_written_here_among_restored --
+-- Messages written here since the restore whose ids sort below a restored message's: written while restored ids were ahead, before the cluster's counter passed them. Per subscription of their publication, how many of them sort at or behind its checkpoint, which is never delivered (the first row, subscription null, counts them all).
+WITH restored AS (
+    SELECT max(transaction_id) AS highest FROM outbox.messages WHERE position <= %(last_restored)s
+),
+misplaced AS (
+    SELECT m.publication_id, m.transaction_id, m.position
+    FROM outbox.messages AS m, restored
+    WHERE m.position > %(last_restored)s AND m.transaction_id < restored.highest
+)
+SELECT NULL::text AS subscription_id, count(*), min(position), max(position) FROM misplaced
+UNION ALL
+SELECT s.subscription_id, count(*), min(m.position), max(m.position)
+FROM outbox.subscriptions AS s
+JOIN misplaced AS m ON m.publication_id = s.publication_id
+    AND (m.transaction_id, m.position)
+        <= (s.last_processed_transaction_id, s.last_processed_position)
+GROUP BY s.subscription_id
+ORDER BY 1 NULLS FIRST
 
 -- rebase_create_map --
 -- The rewrite, one row per stored transaction id: restored ids keep their order and all come before the ids of messages written here.

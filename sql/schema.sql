@@ -552,7 +552,7 @@ $grant$;
 -- lookup, then the insert. PL/pgSQL gives each statement a fresh snapshot under READ COMMITTED,
 -- so the lookup after the lock sees a duplicate committed while this transaction waited for it;
 -- one statement taking the lock in a CTE would look with the snapshot it started with. The key
--- is lock_message_ids' (in sql/queries.sql), so single and batch appends exclude each other.
+-- is outbox.append_messages' too, so single and batch appends exclude each other.
 CREATE FUNCTION outbox.append_message(
     publication text,
     message_id text,
@@ -596,5 +596,70 @@ BEGIN
     END IF;
 END
 $grant$;
+
+-- A batch with message_ids in one round trip (migration 0011): the locks on the given ids, in
+-- key order so two batches cannot deadlock, then the lookup and the insert in one statement,
+-- whose snapshot PL/pgSQL takes after the locks (one per statement under READ COMMITTED). One
+-- call, so the locks hold on an autocommit connection too: taken by a statement of their own,
+-- they were gone before the next one looked. A null id is a fresh UUID, neither locked nor
+-- looked up. Returns the positions in the order given: an existing id's position, the first
+-- row's for an id repeated in the batch. The key is outbox.append_message's.
+CREATE FUNCTION outbox.append_messages(
+    publication text,
+    message_ids text[],
+    message_types text[],
+    partition_keys text[],
+    data jsonb[],
+    headers jsonb[]
+) RETURNS bigint[]
+LANGUAGE plpgsql
+AS $function$
+DECLARE
+    positions bigint[];
+BEGIN
+    PERFORM pg_advisory_xact_lock(keys.lock_key)
+    FROM (SELECT DISTINCT hashtextextended(
+              length(append_messages.publication) || ':' || append_messages.publication
+              || given.message_id, 0) AS lock_key
+          FROM unnest(append_messages.message_ids) AS given(message_id)
+          WHERE given.message_id IS NOT NULL
+          ORDER BY lock_key) AS keys;
+    WITH input AS (
+        SELECT coalesce(t.message_id, gen_random_uuid()::text) AS message_id, t.message_type,
+               t.partition_key, t.message_data, t.message_headers, t.ordinal
+        FROM unnest(append_messages.message_ids, append_messages.message_types,
+                    append_messages.partition_keys, append_messages.data,
+                    append_messages.headers)
+             WITH ORDINALITY AS t(message_id, message_type, partition_key, message_data,
+                                  message_headers, ordinal)
+    ),
+    existing AS (
+        SELECT m.message_id, m.position FROM outbox.messages AS m
+        WHERE m.publication_id = append_messages.publication
+          AND m.message_id = ANY(append_messages.message_ids)
+    ),
+    fresh AS (
+        SELECT DISTINCT ON (input.message_id) input.*
+        FROM input
+        WHERE NOT EXISTS (SELECT FROM existing WHERE existing.message_id = input.message_id)
+        ORDER BY input.message_id, input.ordinal
+    ),
+    inserted AS (
+        INSERT INTO outbox.messages
+            (publication_id, message_id, message_type, partition_key, data, headers)
+        SELECT append_messages.publication, fresh.message_id, fresh.message_type,
+               fresh.partition_key, fresh.message_data, fresh.message_headers
+        FROM fresh
+        ORDER BY fresh.ordinal
+        RETURNING outbox.messages.message_id, outbox.messages.position
+    )
+    SELECT array_agg(coalesce(inserted.position, existing.position) ORDER BY input.ordinal)
+    INTO positions
+    FROM input
+    LEFT JOIN inserted ON inserted.message_id = input.message_id
+    LEFT JOIN existing ON existing.message_id = input.message_id;
+    RETURN positions;
+END
+$function$;
 
 COMMIT;

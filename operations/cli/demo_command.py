@@ -38,7 +38,10 @@ def demo(context: CommandContext, writers: int, transactions: int) -> None:
     from outbox import (
         schema_migrations as migrations,  # alembic costs a second to import; only here
     )
+    from outbox.settings import writer_settings
 
+    # A refused OUTBOX_MAX_PAYLOAD_BYTES is a one-line error now, not one per writer thread.
+    writer_settings()
     console = Console(highlight=False)
     url = context.database_url
     with context.connect():

@@ -9,9 +9,11 @@ own transaction id, so each is readable as soon as the transactions older than t
 - then the ids of messages written in this cluster after the restore, in their order: they
   are newer than everything restored, so they follow it, after every checkpoint.
 Messages written here are told apart from restored ones by the row's xmin (see the
-rebase_last_restored_position query). Writers wait while it runs (the tables are locked for
-writing), and it refuses to run while a daemon leads a subscription. When the cluster has
-assigned fewer ids than the rewrite needs, it first uses up enough of them.
+rebase_last_restored_position query). Once the counter has passed every restored id there is
+nothing to rewrite, and messages written here before it did are refused, not guessed at (see
+docs/architecture.md, "Restores into another cluster"). Writers wait while it runs (the
+tables are locked for writing), and it refuses to run while a daemon leads a subscription.
+When the cluster has assigned fewer ids than the rewrite needs, it first uses up enough.
 """
 
 import logging
@@ -83,7 +85,11 @@ def _rewrite(conn: psycopg.Connection[Any], advanced: int) -> RebaseResult | int
     assert plan is not None  # an aggregate always returns its row
     ids, restored, highest_restored, own_id = plan
     if highest_restored < own_id:
-        return None  # nothing from another cluster's future: not a restore, or rebased already
+        # Nothing from another cluster's future: not a restore, rebased already, or the
+        # counter has passed every restored id, which is fine unless messages were written here
+        # before it did.
+        _refuse_messages_written_among_restored(conn, last_restored)
+        return None
     base = own_id - ids
     if base < _FIRST_NORMAL_TRANSACTION_ID:
         return int(_FIRST_NORMAL_TRANSACTION_ID - base + _ADVANCE_MARGIN)
@@ -94,6 +100,36 @@ def _rewrite(conn: psycopg.Connection[Any], advanced: int) -> RebaseResult | int
         conn.execute(_composed("rebase_column", **identifiers))
     conn.execute(RESTORE_QUERIES["rebase_raise_epochs"])
     return RebaseResult(restored, ids - restored, rewritten, base, advanced)
+
+
+def _refuse_messages_written_among_restored(
+    conn: psycopg.Connection[Any], last_restored: int
+) -> None:
+    """Once the counter has passed the restored ids, a daemon no longer refuses to deliver, so
+    the messages written here before then may have been delivered in the mixed order already,
+    or passed over: a rewrite could repeat the ones and cannot know the others. Refuse, saying
+    which messages and which subscriptions."""
+    rows = conn.execute(
+        RESTORE_QUERIES["rebase_written_here_among_restored"], {"last_restored": last_restored}
+    ).fetchall()
+    _, count, first, last = rows[0]
+    if not count:
+        return
+    behind = ", ".join(
+        f"{subscription!r} {passed} (positions {low} to {high})"
+        for subscription, passed, low, high in rows[1:]
+    )
+    raise RebaseRefusedError(
+        f"{count} messages written in this cluster since the restore (positions {first} to"
+        f" {last}) have transaction ids below restored ones: the cluster's transaction counter"
+        " passed the restored ids before a rebase, and daemons may have delivered since, so"
+        " their order can no longer be mended without repeating or losing messages."
+        + (
+            f" Behind a checkpoint, so not delivered unless it is seeked back: {behind}"
+            if behind
+            else ""
+        )
+    )
 
 
 def _advance_transaction_ids(conn: psycopg.Connection[Any], count: int) -> None:

@@ -32,6 +32,7 @@ class _Doc:
     unit: str
     minimum: int | float | None
     maximum: int | float | None
+    at_most: str | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,7 +40,8 @@ class SettingSpec:
     """What a CLI option or a README table row needs to know of one setting.
 
     `kind` is int, float (seconds) or Strategy; `minimum`/`maximum` are inclusive and None
-    for strategy, whose `choices` are its values instead.
+    for strategy, whose `choices` are its values instead. `at_most` names the setting this
+    one may not exceed, `at_least` the one that may not exceed this one.
     """
 
     name: str
@@ -50,6 +52,20 @@ class SettingSpec:
     maximum: int | float | None
     default: object
     choices: tuple[str, ...] = ()
+    at_most: str | None = None
+    at_least: str | None = None
+
+    @property
+    def allowed(self) -> str:
+        """The values it takes, as the README's table says them."""
+        if self.choices:
+            return ", ".join(f"`{choice}`" for choice in self.choices)
+        allowed = f"{self.minimum} to {self.maximum}{' ' + self.unit if self.unit else ''}"
+        if self.at_most:
+            allowed += f", at most `{self.at_most}`"
+        if self.at_least:
+            allowed += f", at least `{self.at_least}`"
+        return allowed
 
     @property
     def help(self) -> str:
@@ -59,6 +75,10 @@ class SettingSpec:
             allowed = "one of " + ", ".join(self.choices)
         else:
             allowed = f"{self.minimum}..{self.maximum}{' ' + self.unit if self.unit else ''}"
+            if self.at_most:
+                allowed += f", at most {self.at_most}"
+            if self.at_least:
+                allowed += f", at least {self.at_least}"
         return f"{self.description} ({allowed}; default {default})"
 
     def check(self, value: object) -> None:
@@ -89,15 +109,19 @@ def _setting(
     unit: str = "",
     minimum: int | float | None = None,
     maximum: int | float | None = None,
+    at_most: str | None = None,
 ) -> Any:
+    """`at_most`: the setting this one may not exceed (checked, and said in help and README)."""
     return dataclasses.field(
-        default=default, metadata={_SPEC: _Doc(description, unit, minimum, maximum)}
+        default=default, metadata={_SPEC: _Doc(description, unit, minimum, maximum, at_most)}
     )
 
 
-def _seconds(default: float, description: str, minimum: float = 0.001) -> Any:
+def _seconds(
+    default: float, description: str, minimum: float = 0.001, at_most: str | None = None
+) -> Any:
     # 0.001 s: below a millisecond a timeout or backoff is a unit mistake (1e-300 was taken).
-    return _setting(default, description, "seconds", minimum, WEEK)
+    return _setting(default, description, "seconds", minimum, WEEK, at_most)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -124,7 +148,9 @@ class SubscriptionSettings:
     max_retry_count: int = _setting(
         10, "Delivery attempts, the first included, before a message is parked", "attempts", 1, 1000
     )
-    retry_backoff_initial: float = _seconds(0.1, "Wait before the second attempt; doubles after")
+    retry_backoff_initial: float = _seconds(
+        0.1, "Wait before the second attempt; doubles after", at_most="retry_backoff_max"
+    )
     retry_backoff_max: float = _seconds(10.0, "Longest wait between two attempts")
     read_batch_size: int = _setting(
         500, "Rows read from the outbox in one query", "rows", 1, 100_000
@@ -136,7 +162,12 @@ class SubscriptionSettings:
         2.0, "Seconds between checkpoint writes, and idle time that forces one", minimum=0.0
     )
     min_checkpoint_count: int = _setting(
-        10, "Finished messages before a timed checkpoint write", "messages", 1, 1_000_000
+        10,
+        "Finished messages before a timed checkpoint write",
+        "messages",
+        1,
+        1_000_000,
+        at_most="max_checkpoint_count",
     )
     max_checkpoint_count: int = _setting(
         1000, "Finished messages that force a checkpoint write", "messages", 1, 1_000_000
@@ -145,16 +176,17 @@ class SubscriptionSettings:
     def __post_init__(self) -> None:
         for spec in SETTINGS:
             spec.check(getattr(self, spec.name))
-        if self.retry_backoff_max < self.retry_backoff_initial:
-            raise ValueError(
-                f"retry_backoff_max ({self.retry_backoff_max!r}) must be >= "
-                f"retry_backoff_initial ({self.retry_backoff_initial!r})"
-            )
-        if self.max_checkpoint_count < self.min_checkpoint_count:
-            raise ValueError(
-                f"max_checkpoint_count ({self.max_checkpoint_count!r}) must be >= "
-                f"min_checkpoint_count ({self.min_checkpoint_count!r})"
-            )
+        for spec in SETTINGS:
+            if spec.at_most is None:
+                continue
+            value, limit = getattr(self, spec.name), getattr(self, spec.at_most)
+            if value > limit:
+                # Either may be a default the caller never gave (update merges one change into
+                # the stored settings): name both values, and how to get past the other.
+                raise ValueError(
+                    f"{spec.name} ({value!r}) must not exceed {spec.at_most} ({limit!r});"
+                    f" to go past it, set {spec.at_most} too"
+                )
 
     def retry_delay(self, failed_attempt: int) -> float:
         """Backoff after attempt number `failed_attempt` failed: initial * 2**(n-1), capped.
@@ -195,7 +227,7 @@ def _strategy_names() -> list[str]:
     return [strategy.value for strategy in Strategy]
 
 
-def _spec(field: "dataclasses.Field[Any]") -> SettingSpec:
+def _spec(field: "dataclasses.Field[Any]", at_least: str | None) -> SettingSpec:
     doc: _Doc = field.metadata[_SPEC]
     kind = field.type if isinstance(field.type, type) else type(field.default)
     choices = tuple(_strategy_names()) if kind is Strategy else ()
@@ -208,11 +240,22 @@ def _spec(field: "dataclasses.Field[Any]") -> SettingSpec:
         doc.maximum,
         field.default,
         choices,
+        doc.at_most,
+        at_least,
     )
 
 
-SETTINGS: tuple[SettingSpec, ...] = tuple(
-    _spec(field) for field in dataclasses.fields(SubscriptionSettings)
-)
+def _specs() -> tuple[SettingSpec, ...]:
+    fields = dataclasses.fields(SubscriptionSettings)
+    # Each dependency is written once, on the lower setting; the higher one learns it here.
+    at_least = {
+        field.metadata[_SPEC].at_most: field.name
+        for field in fields
+        if field.metadata[_SPEC].at_most is not None
+    }
+    return tuple(_spec(field, at_least.get(field.name)) for field in fields)
+
+
+SETTINGS: tuple[SettingSpec, ...] = _specs()
 """Every setting in declaration order, for validation, CLI options and documentation."""
 SETTINGS_BY_NAME: Mapping[str, SettingSpec] = {spec.name: spec for spec in SETTINGS}

@@ -166,6 +166,15 @@ CASES: dict[str, list[Case]] = {
         Case(["demo", "--writers", "-1"], "-1"),
         Case(["demo", "--writers", "99999999999999999999"], "99999999999999999999"),
         Case(["demo", "--transactions", "0"], "0"),
+        # Refused before anything runs, naming the variable, not at the first append.
+        *(
+            Case(
+                ["demo", "--writers", "1", "--transactions", "1"],
+                f"OUTBOX_MAX_PAYLOAD_BYTES={value!r} is refused",
+                environment={"OUTBOX_MAX_PAYLOAD_BYTES": value},
+            )
+            for value in ["abc", "0"]
+        ),
     ],
 }
 

@@ -197,6 +197,37 @@ def test_demo_cleans_up_and_refuses_nonsense_counts(database_url: str) -> None:
         assert conn.execute("SELECT count(*) FROM outbox.messages").fetchone() == (0,)
 
 
+def test_a_backoff_past_the_stored_maximum_is_refused_naming_both_then_taken_with_it(
+    database_url: str,
+) -> None:
+    """Allowed up to a week, but never above retry_backoff_max, here its default of 10 s."""
+    created = outbox_command(["subscription", "create", "b", "--publication", "o"], database_url)
+    assert created.returncode == 0, created.stderr
+    refused = outbox_command(
+        ["subscription", "update", "b", "--retry-backoff-initial", "604800"], database_url
+    )
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "Error: retry_backoff_initial (604800.0) must not exceed retry_backoff_max (10.0); to"
+        " go past it, set retry_backoff_max too\n"
+    )
+    done = outbox_command(
+        [
+            "subscription",
+            "update",
+            "b",
+            "--retry-backoff-initial",
+            "604800",
+            "--retry-backoff-max",
+            "604800",
+        ],
+        database_url,
+    )
+    assert done.returncode == 0, done.stderr
+    helped = outbox_command(["subscription", "update", "--help"], None)
+    assert "at most retry_backoff_max" in " ".join(helped.stdout.split())
+
+
 def test_db_start_keeps_the_embedded_server_running_until_db_stop(tmp_path: Path) -> None:
     # A short path: the server's Unix socket lives in the data directory.
     data_dir = Path("/tmp") / f"outbox-db-{tmp_path.name[-12:]}"

@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 import outbox
-from outbox import InvalidMessageError, NewMessage, UnsupportedConnectionError
+from outbox import InvalidMessageError, NewMessage, UnsupportedConnectionError, WriterSettingsError
+from outbox.settings import writer_settings
 
 
 def count_rows(url: str, publication: str = "orders") -> int:
@@ -131,17 +132,23 @@ def test_a_repeated_message_id_returns_the_existing_position(database_url: str) 
                 NewMessage("OrderPlaced", {}, message_id="order-2"),
                 NewMessage("OrderPlaced", {}, message_id="order-1"),
                 NewMessage("OrderPlaced", {}, message_id="order-2"),
+                NewMessage("OrderPlaced", {"without": "id"}),
             ],
         )
         conn.commit()
         stored = conn.execute(
             "SELECT data FROM outbox.messages WHERE message_id = 'order-1'"
         ).fetchone()
+        fresh = conn.execute(
+            "SELECT data, message_id::uuid IS NOT NULL FROM outbox.messages WHERE position = %s",
+            (batch[3],),
+        ).fetchone()
     assert again == first
     assert batch[1] == first
     assert batch[0] == batch[2] != first
     assert stored == ({"v": 1},)
-    assert count_rows(database_url) == 2
+    assert fresh == ({"without": "id"}, True)  # a message without an id in the batch: a UUID
+    assert count_rows(database_url) == 3
 
 
 def test_the_same_message_id_in_two_publications_is_two_messages(database_url: str) -> None:
@@ -244,6 +251,29 @@ def test_a_name_with_quotes_semicolons_and_markup_is_stored_as_given(database_ur
         outbox.append(conn, name, "T", {})
         conn.commit()
     assert count_rows(database_url, name) == 1
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", ""])
+def test_a_bad_payload_limit_names_the_variable_and_leaves_the_transaction_usable(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("OUTBOX_MAX_PAYLOAD_BYTES", value)
+    writer_settings.cache_clear()
+    try:
+        with psycopg.connect(database_url) as conn:
+            with pytest.raises(WriterSettingsError) as refused:
+                outbox.append(conn, "orders", "T", {})
+            with pytest.raises(WriterSettingsError):
+                outbox.append_many(conn, "orders", [NewMessage("T", {})])
+            conn.execute("SELECT 1")  # no SQL ran: the transaction is usable
+    finally:
+        monkeypatch.delenv("OUTBOX_MAX_PAYLOAD_BYTES")
+        writer_settings.cache_clear()
+    assert isinstance(refused.value, ValueError)
+    assert str(refused.value) == (
+        f"OUTBOX_MAX_PAYLOAD_BYTES={value!r} is refused: expected a whole number of bytes"
+        " greater than 0"
+    )
 
 
 def test_a_bad_message_in_a_batch_writes_none_of_it(database_url: str) -> None:

@@ -112,3 +112,55 @@ def test_a_repeated_id_finds_the_row_in_an_older_partition(database_url: str) ->
         )
     assert again == first == batch[0]
     assert len(_rows_with_id(database_url, "order-7")) == 1
+
+
+WRITERS = 3
+ROUNDS = 40
+BATCH = 5
+
+
+def test_batches_of_the_same_ids_on_autocommit_connections_store_each_id_once(
+    database_url: str,
+) -> None:
+    """On an autocommit connection every statement is a transaction: a lock taken by one
+    statement is gone before the next one looks the ids up. Several writers append the same
+    batch of ids at the same moment, round after round, over partitions of a batch's size."""
+    use_small_partitions(database_url, BATCH, ahead=WRITERS * ROUNDS + 1)
+    start = threading.Barrier(WRITERS)
+    answers: list[list[list[int]]] = [[] for _ in range(WRITERS)]
+    # Within one partition its unique index refuses a duplicate instead.
+    refused: list[psycopg.errors.UniqueViolation] = []
+    failures: list[BaseException] = []
+
+    def writer(answered: list[list[int]]) -> None:
+        try:
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                for round_number in range(ROUNDS):
+                    batch = [
+                        NewMessage("T", {}, message_id=f"round-{round_number}-{n}")
+                        for n in range(BATCH)
+                    ]
+                    start.wait(10)
+                    try:
+                        answered.append(outbox.append_many(conn, "orders", batch))
+                    except psycopg.errors.UniqueViolation as error:
+                        refused.append(error)
+        except BaseException as error:
+            failures.append(error)
+            start.abort()
+
+    threads = [threading.Thread(target=writer, args=(answers[n],)) for n in range(WRITERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures
+    with psycopg.connect(database_url) as conn:
+        stored = conn.execute(
+            "SELECT message_id, count(*) FROM outbox.messages GROUP BY message_id"
+            " HAVING count(*) > 1 ORDER BY message_id"
+        ).fetchall()
+    assert stored == [], f"{len(stored)} ids stored more than once, {len(refused)} batches refused"
+    assert refused == []
+    # Every writer was answered with the one stored position of each id.
+    assert answers[0] == answers[1] == answers[2]

@@ -6,10 +6,13 @@ restore's. tests/integration/test_restore.py does the real thing with pg_dump.
 """
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
+from sqlalchemy import NullPool, create_engine
 
 import outbox
 from outbox.positions import Position
@@ -24,6 +27,8 @@ from tests.support.inprocess import running_daemon
 # delivery order is by (id, position), which differs from the order of positions.
 OLD_IDS = [50, 20, 90, 20, 70, 30, 90, 60]
 AHEAD = 1_000_000_000
+# Few enough ids for a test to use up (the other transactions of the cluster use some too).
+PASSABLE = 20_000
 
 
 def _messages(conn: psycopg.Connection[Any]) -> list[tuple[int, int]]:
@@ -77,13 +82,99 @@ def test_rebase_resumes_delivery_with_nothing_lost_or_repeated(database_url: str
     assert delivered == old_order[3:] + written_here + [later]
 
 
-def _restored_outbox(url: str) -> tuple[list[int], Position]:
-    """Old messages from the future, a checkpoint after the first three in delivery order
-    (stored directly: `seek` refuses an id from the future) and the third of them parked;
-    returns the positions in old delivery order and the checkpoint."""
+def _in_psycopg_savepoint(url: str, message_id: str) -> int:
+    with psycopg.connect(url) as conn, conn.transaction(), conn.transaction():
+        return outbox.append(conn, "orders", "T", {}, message_id=message_id)
+
+
+def _in_sqlalchemy_nested_transaction(url: str, message_id: str) -> int:
+    engine = create_engine(
+        "postgresql+psycopg://", creator=lambda: psycopg.connect(url), poolclass=NullPool
+    )
+    try:
+        with engine.begin() as conn, conn.begin_nested():
+            return outbox.append(conn, "orders", "T", {}, message_id=message_id)
+    finally:
+        engine.dispose()
+
+
+def _in_plpgsql_exception_block(url: str, message_id: str) -> int:
+    # A block with an EXCEPTION clause runs in a subtransaction of its own.
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "CREATE TEMPORARY TABLE appended (position bigint) ON COMMIT DROP;"
+            " DO $block$ BEGIN"
+            "   INSERT INTO appended SELECT outbox.append_message("
+            f"    'orders', '{message_id}', 'T', NULL, '{{}}', '{{}}');"
+            " EXCEPTION WHEN unique_violation THEN RAISE; END $block$"
+        )
+        row = conn.execute("SELECT position FROM appended").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+@pytest.mark.parametrize(
+    "append_in_subtransaction",
+    [_in_psycopg_savepoint, _in_sqlalchemy_nested_transaction, _in_plpgsql_exception_block],
+    ids=["psycopg-nested-transaction", "sqlalchemy-begin-nested", "plpgsql-exception-block"],
+)
+def test_messages_written_here_in_a_subtransaction_follow_the_restored_ones(
+    database_url: str, append_in_subtransaction: Callable[[str, str], int]
+) -> None:
+    """A row written in a subtransaction carries the subtransaction's id in xmin, not its
+    transaction's: it must still count as written here, after every restored message."""
+    old_order, _ = _restored_outbox(database_url)
+    written_here = [append_in_subtransaction(database_url, f"local-{n}") for n in range(3)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        result = rebase(conn)
+        assert result is not None
+        assert (result.restored_ids, result.written_here_ids) == (len(set(OLD_IDS)), 3)
+        after = _messages(conn)
+        record = administration.get(conn, "sub")
+    assert [position for _, position in after] == old_order + written_here
+    # Behind the checkpoint they would never be delivered.
+    assert all(Position(*row) > record.checkpoint for row in after[-3:])
+    assert Position(*after[2]) == record.checkpoint
+
+
+def test_messages_written_before_the_counter_passed_the_restored_ids_are_refused(
+    database_url: str,
+) -> None:
+    """Written while the restored ids were ahead, they sort among the restored messages, some
+    behind the checkpoint; once the counter has passed them, a daemon would deliver again,
+    so the rebase cannot know what was delivered in the mixed order: it refuses, naming them."""
+    _restored_outbox(database_url, ahead=PASSABLE)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        written_here = [outbox.append(conn, "orders", "T", {"n": n}) for n in range(3)]
+        conn.execute(
+            sql.SQL(
+                "DO $$ BEGIN FOR i IN 1..{} LOOP PERFORM pg_current_xact_id(); COMMIT;"
+                " END LOOP; END $$"
+            ).format(sql.Literal(PASSABLE + max(OLD_IDS)))
+        )
+        ensure_not_restored(conn, "sub")  # nothing ahead any more: a daemon would run
+        before = _messages(conn)
+        with pytest.raises(RebaseRefusedError) as refused:
+            rebase(conn)
+        assert _messages(conn) == before
+        assert administration.get(conn, "sub").epoch == 0
+    assert str(refused.value).startswith(
+        f"3 messages written in this cluster since the restore (positions {written_here[0]} to"
+        f" {written_here[-1]}) have transaction ids below restored ones"
+    )
+    assert str(refused.value).endswith(
+        "Behind a checkpoint, so not delivered unless it is seeked back:"
+        f" 'sub' 3 (positions {written_here[0]} to {written_here[-1]})"
+    )
+
+
+def _restored_outbox(url: str, ahead: int = AHEAD) -> tuple[list[int], Position]:
+    """Old messages `ahead` of the cluster, a checkpoint after the first three in delivery
+    order (stored directly: `seek` refuses an id from the future) and the third of them
+    parked; returns the positions in old delivery order and the checkpoint."""
     with psycopg.connect(url) as conn:
         future = conn.execute(
-            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint + %s", [AHEAD]
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint + %s", [ahead]
         ).fetchone()
         assert future is not None
         for n, old in enumerate(OLD_IDS):
