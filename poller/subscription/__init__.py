@@ -43,8 +43,7 @@ Semantics chosen:
 - consumer changes recompute owners; a key in flight keeps its delivery, so the new owner
   gets nothing of the key until that delivery is acked, failed or timed out. Never a
   checkpoint move, a seek or an admin skip releases it (Pulsar #25627).
-- consumer_died: its deliveries count as failed attempts (retry or park); the slot stays.
-  consumer_count_changed: deliveries on removed consumers run on and their acks count.
+- consumer_count_changed: deliveries on removed consumers run on and their acks count.
 - seek: drops the epoch's buffered, backing-off and parking messages; reads and outcomes of
   the old epoch are ignored (Pulsar PIP-84); a WriteCheckpoint(to) is emitted at once.
 - started/withdrawn: message_timeout runs from `started` (the handler call began, n times
@@ -54,7 +53,7 @@ Semantics chosen:
   consumer (one whole slot) and key until its outcome comes: `overran(delivery_id)`. A
   delivery the daemon drops before its handler starts is `withdrawn`: not an attempt; its
   consumer and key are freed and its message, if still current, is queued again ahead of
-  the others. consumer_died withdraws its unstarted deliveries and fails its started ones.
+  the others.
 - strict order: with one consumer and max_in_flight 1 (the live count; not pinned), the
   stream goes in Position order: a message in flight, backing off or parking holds back
   every later one until it is finished.

@@ -207,22 +207,6 @@ class SubscriptionMachine:
             self._dirty.update(range(consumers))
         return self._settle(out)
 
-    def consumer_died(self, consumer: int, now: float) -> list[Command]:
-        """Its started deliveries failed (their handlers are gone) and the others are
-        withdrawn; the slot stays and gets new work.
-        """
-        out = self._begin(now)
-        for delivery in [d for d in self._in_flight.values() if d.consumer == consumer]:
-            if delivery.deadline is None:
-                self._withdraw(delivery)
-                continue
-            message = self._end_delivery(delivery)
-            if message is not None:
-                self._fail(message, f"consumer {consumer} died", out)
-        for overran in self._overruns.on(consumer):
-            self._free(overran)
-        return self._settle(out)
-
     def seek(self, to: Position, new_epoch: int, now: float) -> list[Command]:
         """Drop this epoch's stream and resume reading after `to`, which becomes the checkpoint.
 

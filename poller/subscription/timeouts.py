@@ -103,13 +103,6 @@ class Overruns:
     def pop(self, delivery_id: int) -> Delivery | None:
         return self._running.pop(delivery_id, None)
 
-    def on(self, consumer: int) -> list[Delivery]:
-        """Those on `consumer`, taken off (it died: no call of it will return)."""
-        gone = [d for d in self._running.values() if d.consumer == consumer]
-        for delivery in gone:
-            del self._running[delivery.delivery_id]
-        return gone
-
 
 def ended_in_time(delivery: Delivery, ended_at: float | None, now: float) -> bool:
     """Whether a call that returned at `ended_at` (None: `now`) beat its deadline."""

@@ -74,7 +74,7 @@ CHORES = (
     "handlers_start",
     "withdraw",
 )
-DISRUPTIONS = ("seek", "crash", "consumer_count_changes", "consumer_dies")
+DISRUPTIONS = ("seek", "crash", "consumer_count_changes")
 QUIET_STEPS = 5
 """Machine events between two disruptions, so that work gets done in between."""
 
@@ -533,7 +533,6 @@ class SubscriptionModel(RuleBasedStateMachine):
             "seek": self.seek,
             "crash": self.crash,
             "consumer_count_changes": self.consumer_count_changes,
-            "consumer_dies": self.consumer_dies,
         }
         disruptions[disruption](data)
 
@@ -650,18 +649,6 @@ class SubscriptionModel(RuleBasedStateMachine):
         self.consumers = consumers
         self._start_ordering_anew()
         self._call(lambda: self.machine.consumer_count_changed(consumers, self.now))
-
-    def consumer_dies(self, data: st.DataObject) -> None:
-        """Its started deliveries fail; those not started are withdrawn (no attempt)."""
-        consumer = data.draw(st.integers(0, 3), "dead consumer")
-        self._expire()
-        for flight in [f for f in self.flights.values() if f.consumer == consumer]:
-            self.hand.discard(flight.delivery_id)
-            if flight.deadline is None:
-                self._end_withdrawn(flight)
-            else:
-                self._end(flight, "fail")
-        self._call(lambda: self.machine.consumer_died(consumer, self.now))
 
     # Steps shared by rules and the teardown -------------------------------------------
 

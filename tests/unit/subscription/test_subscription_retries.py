@@ -179,14 +179,3 @@ def test_a_delivery_sought_away_before_it_started_frees_its_consumer_only() -> N
     assert machine.in_flight_by_consumer == {}
     redelivered = only_delivery(machine.messages_read([message(1)], 1, 2.0))
     assert (redelivered.epoch, redelivered.attempt) == (1, 1)
-
-
-def test_a_dead_consumers_unstarted_deliveries_are_withdrawn() -> None:
-    settings = make_settings(Strategy.ROUND_ROBIN, consumers=1, max_in_flight=2, max_retry_count=1)
-    machine = make_machine(settings)
-    first, _unstarted = deliveries(machine.messages_read([message(1), message(2)], 0, 0.0))
-    machine.started([[first.delivery_id]], 0.0)
-    commands = machine.consumer_died(0, 1.0)
-    (park,) = [command for command in commands if isinstance(command, Park)]
-    assert park.envelope.position == at(1)  # started: its one attempt failed
-    assert [(d.envelope.position, d.attempt) for d in deliveries(commands)] == [(at(2), 1)]

@@ -126,20 +126,6 @@ def test_deliveries_on_a_removed_consumer_still_count_when_acked() -> None:
     assert delivered(commands) == [(0, at(3))]  # consumer 1 is gone
 
 
-def test_a_dead_consumers_messages_are_retried_elsewhere() -> None:
-    settings = make_settings(Strategy.ROUND_ROBIN, consumers=2, max_in_flight=1)
-    machine = make_machine(settings)
-    first, _ = deliveries(machine.messages_read([message(1), message(2)], 0, 0.0))
-    assert first.consumer == 0
-    machine.started([[first.delivery_id]], 0.0)
-
-    assert machine.consumer_died(0, 1.0) == []
-    assert machine.in_flight_by_consumer == {1: 1}
-    assert acked(machine, first.delivery_id, 1.05) == []  # its handler is gone: ignored
-    retry = only_delivery(machine.tick(1.0 + settings.retry_backoff_initial))
-    assert (retry.consumer, retry.envelope.position, retry.attempt) == (0, at(1), 2)
-
-
 def test_one_consumer_with_one_slot_delivers_strictly_in_order_across_retries() -> None:
     """README: "1 consumer x 1 in flight delivers strictly in order"; after a retry, message
     6 was handled before message 5's second attempt.
