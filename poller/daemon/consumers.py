@@ -46,6 +46,18 @@ class Consumer:
         self.queue.clear()
         return queued
 
+    def take_out(self, stale: Callable[[Deliver], bool]) -> list[Outcome]:
+        """Withdraw what `stale` picks among the deliveries queued or in runs, not started."""
+        taken = [command for command in self.queue if stale(command)]
+        if taken:
+            # In place: a slot waiting in _take holds this deque.
+            kept = [command for command in self.queue if not stale(command)]
+            self.queue.clear()
+            self.queue.extend(kept)
+        for run in self.runs:
+            taken += run.take_out(stale)
+        return withdrawn(taken)
+
     async def _take(self) -> list[Deliver]:
         queue = self.queue
         while not queue:
@@ -139,6 +151,13 @@ class Consumers:
             )
         self._idle.clear()
         consumer.push(command)
+
+    def take_out(self, stale: Callable[[Deliver], bool]) -> list[Outcome]:
+        """Withdraw every delivery `stale` picks that no handler has started: an operator skip
+        finished its message, so it must not run (README: "finished, never delivered")."""
+        outcomes = [o for c in self._consumers.values() for o in c.take_out(stale)]
+        self.check_idle()
+        return outcomes
 
     def check_idle(self) -> None:
         if not any(c.runs or c.queue for c in self._consumers.values()):

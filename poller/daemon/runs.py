@@ -117,6 +117,19 @@ class Run:
             self._next = len(self.commands)
         return rest
 
+    def take_out(self, stale: Callable[[Deliver], bool]) -> list[Deliver]:
+        """Remove the deliveries not started yet that `stale` picks (an operator skip finished
+        their messages), which the caller withdraws; the run goes on with the others, in
+        order."""
+        with self._lock:
+            taken: list[Deliver] = []
+            kept: list[Deliver] = []
+            for command in self.commands[self._next :]:
+                (taken if stale(command) else kept).append(command)
+            if taken:
+                self.commands[self._next :] = kept
+        return taken
+
 
 HANDLER_REQUESTS = (ParkMessage, RetryMessage, SkipMessage)
 """Exceptions a handler raises to choose its message's outcome, not because it failed."""
