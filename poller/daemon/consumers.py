@@ -1,4 +1,5 @@
-"""The subscription's consumers at run time: each has a queue and `max_in_flight` slots.
+"""The subscription's consumers at run time: each has a queue and `max_in_flight` slots,
+started as its queue needs them.
 
 A slot takes what its consumer has queued, up to `prefetch` deliveries, as one run (see
 runs.py), goes through it in one hop and reports every outcome in one call; the state machine
@@ -14,10 +15,14 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable
 
+from poller.daemon.pacing import Pacer
 from poller.daemon.runs import Run, withdrawn
 from poller.subscription import Deliver, Outcome
 
 log = logging.getLogger(__name__)
+
+RUN_END_BUDGET = 2048
+"""Deliveries of ended runs taken per loop iteration (see pacing.py): a few ms of work."""
 
 Execute = Callable[[Run], Awaitable[None]]
 """Goes through a run, recording each started delivery's outcome in it."""
@@ -32,14 +37,21 @@ class Consumer:
         self.queue: collections.deque[Deliver] = collections.deque()
         self._work = asyncio.Event()
         self.runs: set[Run] = set()
-        self._slots = [
-            asyncio.create_task(self._slot(), name=f"consumer-{consumer}-slot-{n}")
-            for n in range(slots)
-        ]
+        self._max_slots = slots
+        self._slots: list[asyncio.Task[None]] = []
 
     def push(self, command: Deliver) -> None:
-        self.queue.append(command)
+        queue = self.queue
+        queue.append(command)
         self._work.set()
+        # One more slot once the idle ones cannot take all that is queued: started up front,
+        # 1024 consumers x 10,000 slots were ten million idle tasks, and creating them held
+        # the event loop (lease renewals, SIGTERM) for minutes.
+        slots = self._slots
+        idle = len(slots) - len(self.runs)
+        if len(slots) < self._max_slots and idle * self._consumers.run_limit < len(queue):
+            name = f"consumer-{self.consumer}-slot-{len(slots)}"
+            slots.append(asyncio.create_task(self._slot(), name=name))
 
     def withdraw_queued(self) -> list[Outcome]:
         queued = withdrawn(self.queue)
@@ -96,6 +108,7 @@ class Consumer:
                 consumers.report(run.unreported())
                 consumers.on_crash(self.consumer)
             else:
+                await consumers.pacer.turn(len(run.commands))
                 self.runs.discard(run)
                 self._end(run)
             consumers.check_idle()
@@ -138,6 +151,7 @@ class Consumers:
         self.execute = execute
         self.report = report
         self.on_crash = on_crash
+        self.pacer = Pacer(RUN_END_BUDGET)
         self._slots = slots
         self._consumers: dict[int, Consumer] = {}
         self._idle = asyncio.Event()

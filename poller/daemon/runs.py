@@ -84,7 +84,9 @@ class Run:
         """Record the outcome of the delivery `claim` returned last; False if the run must
         stop here."""
         self.outcomes.append(outcome)
-        if outcome.kind is not _ACKED or self._overran():
+        # _overran first: it also clears `current`, which a failed delivery left set (the
+        # run then showed as running at shutdown while it waited for its turn to end).
+        if self._overran() or outcome.kind is not _ACKED:
             self.broken = True
         return not self.broken
 
