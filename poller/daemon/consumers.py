@@ -1,4 +1,5 @@
-"""The subscription's consumers at run time: each has a queue and `max_in_flight` slots.
+"""The subscription's consumers at run time: each has a queue and `max_in_flight` slots,
+started as its queue needs them.
 
 A slot takes what its consumer has queued, up to `prefetch` deliveries, as one run (see
 runs.py), goes through it in one hop and reports every outcome in one call; the state machine
@@ -16,10 +17,14 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable
 
+from poller.daemon.pacing import Pacer
 from poller.daemon.runs import Run, withdrawn
 from poller.subscription import Deliver, Outcome
 
 log = logging.getLogger(__name__)
+
+RUN_END_BUDGET = 2048
+"""Deliveries of ended runs taken per loop iteration (see pacing.py): a few ms of work."""
 
 Execute = Callable[[Run], Awaitable[None]]
 """Goes through a run, recording each started delivery's outcome in it."""
@@ -41,19 +46,38 @@ class Consumer:
         self.queue: collections.deque[Deliver] = collections.deque()
         self._work = asyncio.Event()
         self.runs: set[Run] = set()
-        self._slots = [
-            asyncio.create_task(self._slot(), name=f"consumer-{consumer}-slot-{n}")
-            for n in range(slots)
-        ]
+        self._max_slots = slots
+        self._slots: list[asyncio.Task[None]] = []
 
     def push(self, command: Deliver) -> None:
-        self.queue.append(command)
+        queue = self.queue
+        queue.append(command)
         self._work.set()
+        # One more slot once the idle ones cannot take all that is queued: started up front,
+        # 1024 consumers x 10,000 slots were ten million idle tasks, and creating them held
+        # the event loop (lease renewals, SIGTERM) for minutes.
+        slots = self._slots
+        idle = len(slots) - len(self.runs)
+        if len(slots) < self._max_slots and idle * self._consumers.run_limit < len(queue):
+            name = f"consumer-{self.consumer}-slot-{len(slots)}"
+            slots.append(asyncio.create_task(self._slot(), name=name))
 
     def withdraw_queued(self) -> list[Outcome]:
         queued = withdrawn(self.queue)
         self.queue.clear()
         return queued
+
+    def take_out(self, stale: Callable[[Deliver], bool]) -> list[Outcome]:
+        """Withdraw what `stale` picks among the deliveries queued or in runs, not started."""
+        taken = [command for command in self.queue if stale(command)]
+        if taken:
+            # In place: a slot waiting in _take holds this deque.
+            kept = [command for command in self.queue if not stale(command)]
+            self.queue.clear()
+            self.queue.extend(kept)
+        for run in self.runs:
+            taken += run.take_out(stale)
+        return withdrawn(taken)
 
     async def _take(self) -> list[Deliver]:
         queue = self.queue
@@ -98,6 +122,7 @@ class Consumer:
                 await asyncio.sleep(min(CRASH_PAUSE_MAX, CRASH_PAUSE * 2 ** min(crashes, 10)))
                 continue
             crashes = 0
+            await consumers.pacer.turn(len(run.commands))
             self.runs.discard(run)
             self._end(run)
             consumers.check_idle()
@@ -139,6 +164,7 @@ class Consumers:
         self.message_timeout = message_timeout
         self.execute = execute
         self.report = report
+        self.pacer = Pacer(RUN_END_BUDGET)
         self._slots = slots
         self._consumers: dict[int, Consumer] = {}
         self._idle = asyncio.Event()
@@ -152,6 +178,13 @@ class Consumers:
             )
         self._idle.clear()
         consumer.push(command)
+
+    def take_out(self, stale: Callable[[Deliver], bool]) -> list[Outcome]:
+        """Withdraw every delivery `stale` picks that no handler has started: an operator skip
+        finished its message, so it must not run (README: "finished, never delivered")."""
+        outcomes = [o for c in self._consumers.values() for o in c.take_out(stale)]
+        self.check_idle()
+        return outcomes
 
     def check_idle(self) -> None:
         if not any(c.runs or c.queue for c in self._consumers.values()):

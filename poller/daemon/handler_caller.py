@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from poller.batch_handlers import BatchOptions, batch_failures, batch_options
 from poller.daemon.handlers import Handler, is_async
+from poller.daemon.pacing import Turns
 from poller.daemon.runs import HANDLER_REQUESTS, MayStart, Run, outcome_of
 from poller.message import Message
 from poller.subscription import Deliver, Envelope, Outcome, OutcomeKind
@@ -37,6 +38,10 @@ class HandlerCaller:
         self._running: dict[int, Run] = {}  # by thread id
         self._running_lock = threading.Lock()
         self._quiet = asyncio.Event()  # set (from the last thread to finish) when none runs
+        # Runs handed to the pool at once, no more than it has threads: queued in the pool,
+        # runs of handlers that fail at once ended faster than the loop took them, and their
+        # wake-ups filled the loop's self-pipe, which then dropped SIGTERM.
+        self._pool_turns = Turns(threads)
 
     async def __call__(self, run: Run, may_start: MayStart) -> None:
         """Call the handler on the run's deliveries, recording their outcomes in it;
@@ -48,7 +53,11 @@ class HandlerCaller:
                 await self._run_batch_async(run, may_start)
             return
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._pool, self._on_thread, loop, run, may_start)
+        await self._pool_turns.take()
+        try:
+            await loop.run_in_executor(self._pool, self._on_thread, loop, run, may_start)
+        finally:
+            self._pool_turns.give_back()
 
     async def _run_async(self, run: Run, may_start: MayStart) -> None:
         handler = self._handler

@@ -434,8 +434,25 @@ class LeadershipTerm:
                 extra={"position": str(request.to)},
             )
             self._carry_out(self.machine.admin_skip_to(request.to, time.monotonic()))
+            self._withdraw_skipped(request.to)
         if request.epoch < state.epoch or state.checkpoint >= request.to:
             await self._store.settle_skip_request(request)
+
+    def _withdraw_skipped(self, to: Position) -> None:
+        """Every stream message of this epoch at or before `to` is finished now: withdraw its
+        deliveries that wait on a consumer or in a run, so no handler is called for them. The
+        ones already started run to their end (their outcome no longer counts)."""
+        epoch = self.machine.epoch
+
+        def skipped(command: Deliver) -> bool:
+            return (
+                not command.replayed
+                and command.epoch == epoch
+                and not command.envelope.position > to
+            )
+
+        if outcomes := self._consumers.take_out(skipped):
+            self._report(outcomes)
 
     # Stopping -----------------------------------------------------------------------------
 

@@ -87,7 +87,9 @@ class Run:
         """Record the outcome of the delivery `claim` returned last (stamped with the time its
         call returned); False if the run must stop here."""
         self.outcomes.append(outcome)
-        if outcome.kind is not _ACKED or self._overran(outcome.ended_at):
+        # _overran first: it also clears `current`, which a failed delivery left set (the
+        # run then showed as running at shutdown while it waited for its turn to end).
+        if self._overran(outcome.ended_at) or outcome.kind is not _ACKED:
             self.broken = True
         return not self.broken
 
@@ -137,6 +139,19 @@ class Run:
             rest = self.commands[self._next :]
             self._next = len(self.commands)
         return rest
+
+    def take_out(self, stale: Callable[[Deliver], bool]) -> list[Deliver]:
+        """Remove the deliveries not started yet that `stale` picks (an operator skip finished
+        their messages), which the caller withdraws; the run goes on with the others, in
+        order."""
+        with self._lock:
+            taken: list[Deliver] = []
+            kept: list[Deliver] = []
+            for command in self.commands[self._next :]:
+                (taken if stale(command) else kept).append(command)
+            if taken:
+                self.commands[self._next :] = kept
+        return taken
 
 
 HANDLER_REQUESTS = (ParkMessage, RetryMessage, SkipMessage)

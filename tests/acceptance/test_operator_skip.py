@@ -155,3 +155,33 @@ def test_a_skip_that_cannot_be_done_is_one_line_naming_the_value(
     missing = outbox_command(["skip", "nobody", "--to", "end"], database_url)
     assert missing.returncode == 1
     assert "subscription 'nobody' does not exist" in missing.stderr
+
+
+def test_a_skip_withdraws_the_prefetched_deliveries_its_handler_has_not_started(
+    database_url: str, daemons: DaemonGroup
+) -> None:
+    # One consumer, one slot: the 40 messages go to it as one run, and the first one holds
+    # the run while the skip comes; 2..30 sit in the run unstarted.
+    create_subscription(database_url, "billing", "orders")
+    held = append(database_url, hold=True)
+    positions = [held, *(append(database_url) for _ in range(39))]
+    daemon = daemons.start("billing", *DAEMON_OPTIONS, handler=GATED_HANDLER)
+    wait_until(lambda: held.position in gated_rows(database_url), 30, "the held delivery")
+    outbox_succeeds(database_url, "skip", "billing", "--to", str(positions[29]))
+    daemon.wait_for_log(rf"subscription billing: skip to {positions[29]}\b", 30)
+
+    open_gate(database_url, held.position)
+    wait_until(
+        lambda: (
+            not skip_request_pending(database_url, "billing")
+            and stored_checkpoint(database_url, "billing") == positions[-1]
+        ),
+        30,
+        "the skip settled and the checkpoint past the last message",
+    )
+    delivered = sorted(gated_rows(database_url))
+    assert delivered == [p.position for p in [held, *positions[30:]]], (
+        "skipped messages were delivered"
+    )
+    assert daemon.terminate() == 0, daemons.logs()
+    assert not daemon.errors(), daemons.logs()
