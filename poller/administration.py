@@ -76,9 +76,10 @@ def create(
     check_name("subscription", name)
     check_name("publication", publication)
     settings_from_stored(settings)  # refuse bad settings before storing them
-    at = _not_retired(conn, publication, resolve_start(conn, start), _typed("--from", start))
-    if not AdminStore(conn).insert_subscription(name, publication, at, settings):
-        raise SubscriptionError(f"subscription {quoted(name)} already exists")
+    with conn.transaction():  # the mark's check and the insert, under one lock (_not_retired)
+        at = _not_retired(conn, publication, resolve_start(conn, start), _typed("--from", start))
+        if not AdminStore(conn).insert_subscription(name, publication, at, settings):
+            raise SubscriptionError(f"subscription {quoted(name)} already exists")
     return at
 
 
@@ -118,7 +119,7 @@ def update_settings(conn: psycopg.Connection[Any], name: str, changes: dict[str,
 def seek(conn: psycopg.Connection[Any], name: str, to: str) -> tuple[Position, int]:
     publication = get(conn, name).publication
     at = resolve_start(conn, to, option="--to")
-    return _seek_at(conn, name, _not_retired(conn, publication, at, _typed("--to", to)))
+    return _seek_not_retired(conn, name, publication, at, _typed("--to", to))
 
 
 def _typed(option: str, value: str) -> str | None:
@@ -173,8 +174,7 @@ def seek_to_time(
             f"--to-time {quoted(since.isoformat())} is in the future"
             f" (the database's clock says {now.isoformat()})"
         )
-    at = _not_retired(conn, record.publication, _just_before(conn, found), None)
-    return _seek_at(conn, name, at)
+    return _seek_not_retired(conn, name, record.publication, _just_before(conn, found), None)
 
 
 def seek_to_message(
@@ -186,8 +186,7 @@ def seek_to_message(
         found = find_message(conn, record.publication, message_id=message_id)
     except SubscriptionError as error:
         raise SubscriptionError(f"--to-message: {error}") from None
-    at = _not_retired(conn, record.publication, _just_before(conn, found.at), None)
-    return _seek_at(conn, name, at)
+    return _seek_not_retired(conn, name, record.publication, _just_before(conn, found.at), None)
 
 
 def _just_before(conn: psycopg.Connection[Any], found: Position | None) -> Position:
@@ -198,6 +197,16 @@ def _just_before(conn: psycopg.Connection[Any], found: Position | None) -> Posit
     if found is None:
         return end
     return min(Position(found.transaction_id, found.position - 1), end)
+
+
+def _seek_not_retired(
+    conn: psycopg.Connection[Any], name: str, publication: str, at: Position, typed: str | None
+) -> tuple[Position, int]:
+    """A seek to `at` checked against the retired-up-to mark, in one transaction (a savepoint
+    inside the caller's), so the lock `_not_retired` takes holds until the seek is stored; on
+    an autocommit connection LOCK TABLE would be refused outside a transaction."""
+    with conn.transaction():
+        return _seek_at(conn, name, _not_retired(conn, publication, at, typed))
 
 
 def _seek_at(conn: psycopg.Connection[Any], name: str, at: Position) -> tuple[Position, int]:
