@@ -7,16 +7,14 @@ from typing import Any
 import psycopg
 import pytest
 
-import outbox
-from outbox import NewMessage
 from poller.daemon.options import DaemonOptions
 from poller.daemon.retention import retention_pass
 from poller.store import retention_store
 from tests.support.partitions import (
+    billing_over_three_partitions,
     move_checkpoint,
     partition_names,
     positions,
-    use_small_partitions,
 )
 
 SIZE = 100
@@ -25,17 +23,8 @@ NO_AGE = DaemonOptions(retention_minimum_age=0.001, partition_size=SIZE, partiti
 
 @pytest.fixture
 def conn(database_url: str) -> Any:
-    use_small_partitions(database_url, SIZE)
-    with psycopg.connect(database_url, autocommit=True) as connection:
-        connection.execute(
-            "INSERT INTO outbox.subscriptions (subscription_id, publication_id)"
-            " VALUES ('billing', 'orders')"
-        )
-        # 250 messages: positions 1 to 250, in partitions 0, 100 and 200.
-        with connection.transaction():
-            outbox.append_many(
-                connection, "orders", [NewMessage("T", {"n": n}) for n in range(250)]
-            )
+    # Positions 1 to 250 in partitions 0, 100 and 200.
+    with billing_over_three_partitions(database_url, SIZE) as connection:
         yield connection
 
 

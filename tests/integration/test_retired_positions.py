@@ -8,15 +8,16 @@ from typing import Any
 import psycopg
 import pytest
 
-import outbox
 import poller
-from outbox import NewMessage
 from poller import administration
 from poller.catch_up import stream
 from poller.daemon.options import DaemonOptions
 from poller.daemon.retention import retention_pass
 from tests.support.cli import outbox_command
-from tests.support.partitions import move_checkpoint, use_small_partitions
+from tests.support.partitions import (
+    billing_over_three_partitions,
+    move_checkpoint,
+)
 
 SIZE = 100
 NO_AGE = DaemonOptions(retention_minimum_age=0.001, partition_size=SIZE, partitions_ahead=2)
@@ -24,17 +25,8 @@ NO_AGE = DaemonOptions(retention_minimum_age=0.001, partition_size=SIZE, partiti
 
 @pytest.fixture
 def conn(database_url: str) -> Any:
-    use_small_partitions(database_url, SIZE)
-    with psycopg.connect(database_url, autocommit=True) as connection:
-        connection.execute(
-            "INSERT INTO outbox.subscriptions (subscription_id, publication_id)"
-            " VALUES ('billing', 'orders')"
-        )
-        # Positions 1 to 250 in partitions 0, 100 and 200.
-        with connection.transaction():
-            outbox.append_many(
-                connection, "orders", [NewMessage("T", {"n": n}) for n in range(250)]
-            )
+    # Positions 1 to 250 in partitions 0, 100 and 200.
+    with billing_over_three_partitions(database_url, SIZE) as connection:
         yield connection
 
 

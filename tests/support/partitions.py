@@ -1,9 +1,14 @@
 """Small partitions, so that tests cross partition boundaries with a few hundred messages."""
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 from psycopg import sql
+
+import outbox
+from outbox import NewMessage
 
 
 def use_small_partitions(url: str, size: int, ahead: int = 2) -> None:
@@ -33,3 +38,19 @@ def move_checkpoint(conn: psycopg.Connection[Any], subscription: str, position: 
         " FROM outbox.messages AS m WHERE s.subscription_id = %s AND m.position = %s",
         (subscription, position),
     )
+
+
+@contextlib.contextmanager
+def billing_over_three_partitions(url: str, size: int) -> Iterator[psycopg.Connection[Any]]:
+    """Partitions of `size` positions, subscription 'billing' of 'orders', and 2.5 partitions
+    of its messages (positions 1 to 2.5 x size); an autocommit connection to the database."""
+    use_small_partitions(url, size)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO outbox.subscriptions (subscription_id, publication_id)"
+            " VALUES ('billing', 'orders')"
+        )
+        with conn.transaction():
+            messages = [NewMessage("T", {"n": n}) for n in range(size * 5 // 2)]
+            outbox.append_many(conn, "orders", messages)
+        yield conn

@@ -2,7 +2,6 @@
 succeed, batch handlers' outcomes, and "started" and "withdrawn" never both for one delivery."""
 
 import asyncio
-import datetime
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -16,32 +15,11 @@ from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.runs import Run, withdrawn
 from poller.message import Message
 from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
-from poller.subscription import Deliver, Envelope, Outcome, OutcomeKind
+from poller.subscription import Outcome, OutcomeKind
+from tests.unit.daemon.runs_support import always, deliveries, race_claims_against
 
 ACKED, FAILED = OutcomeKind.ACKED, OutcomeKind.FAILED
 PARK, WITHDRAWN = OutcomeKind.PARK_REQUESTED, OutcomeKind.WITHDRAWN
-
-
-def deliveries(count: int) -> list[Deliver]:
-    commands = []
-    for n in range(1, count + 1):
-        message = Message(
-            position=n,
-            transaction_id=7,
-            publication="p",
-            message_id=f"m{n}",
-            message_type="T",
-            partition_key=None,
-            data_text=f'{{"n": {n}}}',
-            headers_text="{}",
-            appended_at=datetime.datetime.now(datetime.UTC),
-        )
-        commands.append(Deliver(0, Envelope(message.at, None, message), 1, 0, n))
-    return commands
-
-
-def always(_command: Deliver) -> bool:
-    return True
 
 
 async def run_through(handler: Any, run: Run, threads: int = 2) -> list[tuple[int, OutcomeKind]]:
@@ -230,24 +208,7 @@ async def test_a_handler_thread_outliving_its_cancelled_run_is_waited_for() -> N
 
 def test_no_delivery_is_both_started_and_withdrawn_when_a_cut_races_the_run() -> None:
     """The loop cuts an overrunning run while its thread claims the next delivery."""
-    for _ in range(200):
-        run = Run(deliveries(50), 30.0)
-        started: list[int] = []
-        go = threading.Event()
-
-        def claim_all_it_can(
-            run: Run = run, started: list[int] = started, go: threading.Event = go
-        ) -> None:
-            go.wait()
-            while (command := run.claim(always)) is not None:
-                started.append(command.delivery_id)
-
-        thread = threading.Thread(target=claim_all_it_can)
-        thread.start()
-        go.set()
-        handed_back = [command.delivery_id for command in run.cut()]
-        thread.join()
-        assert sorted(started + handed_back) == list(range(1, 51))
+    race_claims_against(Run.cut)
 
 
 @pytest.mark.parametrize("kind", ["def", "batch"])
