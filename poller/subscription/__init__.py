@@ -33,9 +33,10 @@ Semantics chosen:
   checkpoint re-reads every unfinished message.
 - late and stale outcomes: each delivery has its own id (unique within one machine; one
   rebuilt after a crash may continue the numbering with `first_delivery_id`). An outcome
-  for a delivery that already ended (timed out, or failed by a crash around its handler) or that no longer counts
-  (its epoch was sought away, or an admin skipped its message) frees its consumer and key,
-  and nothing else: it never finishes the message nor moves the checkpoint.
+  for a delivery that already ended (timed out, or failed by a crash around its handler) or
+  that no longer counts (its epoch was sought away, or an admin skipped its message) frees
+  its consumer and key, and nothing else: it never finishes the message nor moves the
+  checkpoint.
 - pinned: a key's owner is crc32(key) % consumers. At most one delivery per key is in
   flight anywhere, of any epoch; a key's stream messages go in Position order and a head
   backing off or parking blocks the key. A message whose owner is full stays buffered while
