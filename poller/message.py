@@ -109,6 +109,11 @@ class Message:
         return self._data_text
 
     @property
+    def headers_text(self) -> str:
+        """The headers as the JSON text PostgreSQL returned, for handlers that forward them."""
+        return self._headers_text
+
+    @property
     def headers(self) -> dict[str, Any]:
         if self._headers is _UNDECODED:
             self._headers = orjson.loads(self._headers_text)

@@ -17,5 +17,18 @@ class ParkMessage(Exception):  # noqa: N818 - a request, not an error
         self.reason = reason
 
 
+class DestinationUnavailable(Exception):  # noqa: N818 - names the destination's state
+    """The handler's destination (a broker, an API) cannot take messages now.
+
+    The message is delivered again after the retry backoff, and the attempt does not count
+    toward max_retry_count: an outage of the destination never parks a message (parking is
+    for messages the destination refuses). Raise anything else for a fault of the message.
+    """
+
+    def __init__(self, reason: str = "the destination is unavailable") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class SkipMessage(Exception):  # noqa: N818 - a request, not an error
     """Treat this message as done without handling it."""

@@ -26,7 +26,7 @@ from poller.batch_handlers import batch_failures, batch_handler, batch_options
 from poller.daemon.handlers import Handler, is_async
 from poller.daemon.options import DaemonOptions
 from poller.message import Message
-from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
+from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.subscription import SubscriptionSettings
 
 T = TypeVar("T")
@@ -40,7 +40,8 @@ LOOP_ANSWER_TIMEOUT = 0.5
 # The outcome label of outbox_handler_duration_seconds; the collector's counters add them up.
 DELIVERED, FAILED, TIMED_OUT = "delivered", "failed", "timed_out"
 RETRY_REQUESTED, PARK_REQUESTED, SKIPPED = "retry_requested", "park_requested", "skipped"
-OUTCOMES = (DELIVERED, FAILED, TIMED_OUT, RETRY_REQUESTED, PARK_REQUESTED, SKIPPED)
+UNAVAILABLE = "destination_unavailable"
+OUTCOMES = (DELIVERED, FAILED, TIMED_OUT, RETRY_REQUESTED, PARK_REQUESTED, SKIPPED, UNAVAILABLE)
 
 
 class TermView(Protocol):
@@ -263,6 +264,8 @@ def _outcome(error: BaseException | None, *, timed_out: bool) -> str:
         return PARK_REQUESTED
     if isinstance(error, SkipMessage):
         return SKIPPED
+    if isinstance(error, DestinationUnavailable):
+        return UNAVAILABLE
     return FAILED
 
 

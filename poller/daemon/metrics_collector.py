@@ -30,6 +30,7 @@ from poller.daemon.metrics import (
     OUTCOMES,
     SKIPPED,
     TIMED_OUT,
+    UNAVAILABLE,
     DaemonMetrics,
 )
 from poller.store.metrics_store import safe_frontier_holder_age, subscription_figures
@@ -58,6 +59,10 @@ class StateCollector(Collector):
                 "failed", "Handler calls that raised an error or ran past message_timeout."
             ),
             (SKIPPED,): counter("skipped", "Handler calls that raised SkipMessage."),
+            (UNAVAILABLE,): counter(
+                "destination_unavailable",
+                "Handler calls whose destination could not take the message (not an attempt).",
+            ),
         }
         retried = counter("retried", "Handler calls of a second or later attempt, at start.")
         parked = counter("parked", "Messages parked (their parked row committed).")

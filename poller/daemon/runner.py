@@ -4,6 +4,9 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Sequence
+
+from prometheus_client.registry import Collector
 
 from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.handlers import Handler
@@ -24,12 +27,18 @@ async def run_daemon(
     handler: Handler,
     options: DaemonOptions,
     stop: asyncio.Event | None = None,
+    collectors: Sequence[Collector] = (),
 ) -> list[Message]:
     """Run until `stop` is set (or SIGTERM/SIGINT); return the messages whose handlers were
     still running when the shutdown timeout ran out (empty after a clean stop). Their threads
-    cannot be stopped, so a command-line caller should end the process rather than wait."""
+    cannot be stopped, so a command-line caller should end the process rather than wait.
+
+    `collectors`: more Prometheus figures for /metrics (a relay's own).
+    """
     stop = stop or asyncio.Event()
     metrics = DaemonMetrics(subscriptions, options)
+    for collector in collectors:
+        metrics.registry.register(collector)
     port = options.metrics_port  # the server starts first: a taken port fails alone
     server = None if port is None else MetricsServer.start(metrics, database_url, port)
     loop = asyncio.get_running_loop()

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from poller.daemon.handlers import HandlerExited
-from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
+from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.printable import error_text, safe_repr
 from poller.subscription import Deliver, Outcome, OutcomeKind
 
@@ -154,7 +154,7 @@ class Run:
         return taken
 
 
-HANDLER_REQUESTS = (ParkMessage, RetryMessage, SkipMessage)
+HANDLER_REQUESTS = (DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage)
 """Exceptions a handler raises to choose its message's outcome, not because it failed."""
 
 
@@ -169,6 +169,9 @@ def outcome_of(delivery_id: int, error: BaseException | None, ended_at: float) -
         return Outcome(delivery_id, OutcomeKind.PARK_REQUESTED, reason, ended_at)
     if isinstance(error, RetryMessage):
         return Outcome(delivery_id, _FAILED, "retry requested by the handler", ended_at)
+    if isinstance(error, DestinationUnavailable):
+        reason = error.reason if isinstance(error.reason, str) else safe_repr(error.reason)
+        return Outcome(delivery_id, OutcomeKind.UNAVAILABLE, reason, ended_at)
     if isinstance(error, SystemExit):
         error = HandlerExited(error.code)
     elif not isinstance(error, Exception):

@@ -349,6 +349,8 @@ class SubscriptionMachine:
             self._complete(message, out)
         elif kind is OutcomeKind.FAILED:
             self._fail(message, outcome.detail, out)
+        elif kind is OutcomeKind.UNAVAILABLE:
+            self._defer(message)
         else:
             self._park(message, outcome.detail, out)
 
@@ -489,6 +491,13 @@ class SubscriptionMachine:
             self._park(message, f"{error} ({kind} {message.attempts} of {limit})", out)
             return
         self._retries.schedule(message, self._now + self._settings.retry_delay(message.attempts))
+        self._touch(message)
+
+    def _defer(self, message: TrackedMessage) -> None:
+        """Backs off as a failure does, but the attempt is not counted (see UNAVAILABLE)."""
+        message.attempts -= 1
+        message.deferrals += 1
+        self._retries.schedule(message, self._now + self._settings.retry_delay(message.deferrals))
         self._touch(message)
 
     def _park(self, message: TrackedMessage, reason: str, out: list[Command]) -> None:

@@ -11,6 +11,9 @@ class OutcomeKind(enum.Enum):
     """The handler raised (or asked for a retry, which also counts as an attempt)."""
     PARK_REQUESTED = enum.auto()
     """The handler asked to park the message now."""
+    UNAVAILABLE = enum.auto()
+    """The handler's destination could not take it: retried after the backoff, not an
+    attempt (an outage never parks a message)."""
     WITHDRAWN = enum.auto()
     """The daemon dropped the delivery before its handler started: not an attempt."""
 
@@ -22,7 +25,7 @@ class Outcome(NamedTuple):
     delivery_id: int
     kind: OutcomeKind
     detail: str = ""
-    """The error of a FAILED delivery, the reason of a PARK_REQUESTED one."""
+    """The error of a FAILED delivery, the reason of a PARK_REQUESTED or UNAVAILABLE one."""
     ended_at: float | None = None
     """When the handler call returned (the machine's clock); None: when it is reported. The
     machine judges message_timeout by it, so an ack that ended before its deadline counts

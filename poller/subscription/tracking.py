@@ -31,6 +31,9 @@ class TrackedMessage:
     priority: Priority
     state: MessageState = MessageState.QUEUED
     attempts: int = 0
+    deferrals: int = 0
+    """Deliveries its destination could not take (UNAVAILABLE): they time its backoff, as
+    failed attempts do, without counting toward parking."""
 
 
 @dataclasses.dataclass(slots=True, eq=False)

@@ -85,6 +85,11 @@ def requested_retry(machine: SubscriptionMachine, delivery_id: int, now: float) 
     return failed(machine, delivery_id, "retry requested by the handler", now)
 
 
+def unavailable(machine: SubscriptionMachine, delivery_id: int, now: float) -> list[Command]:
+    """As the daemon reports a handler's DestinationUnavailable: backoff, not an attempt."""
+    return machine.finished([Outcome(delivery_id, OutcomeKind.UNAVAILABLE, "broker down")], now)
+
+
 def requested_park(
     machine: SubscriptionMachine, delivery_id: int, reason: str, now: float
 ) -> list[Command]:

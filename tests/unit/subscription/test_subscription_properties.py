@@ -50,18 +50,20 @@ from tests.unit.subscription.support import (
     requested_park,
     requested_retry,
     requested_skip,
+    unavailable,
     withdrawn,
 )
 
 KEYS = ("a", "b", "c", "d", None)
 TIMEOUT = 5.0
-OUTCOMES = ("ack", "fail", "retry", "park", "skip")
+OUTCOMES = ("ack", "fail", "retry", "park", "skip", "unavailable")
 OUTCOME_EVENTS = {
     "ack": (OutcomeKind.ACKED, ""),
     "skip": (OutcomeKind.ACKED, ""),
     "fail": (OutcomeKind.FAILED, "boom"),
     "retry": (OutcomeKind.FAILED, "retry requested by the handler"),
     "park": (OutcomeKind.PARK_REQUESTED, "poison"),
+    "unavailable": (OutcomeKind.UNAVAILABLE, "broker down"),
 }
 CHORES = (
     "park_is_durable",
@@ -87,6 +89,8 @@ class ModelMessage:
     finished: bool = False
     parking: bool = False
     attempts: int = 0
+    deferrals: int = 0
+    """Deliveries its destination could not take: they time its backoff, not its parking."""
     current: int | None = None
     """The delivery whose outcome counts, while one is in flight."""
     due: float = 0.0
@@ -102,6 +106,7 @@ class ModelReplay:
     parking: bool = False
     park_epoch: int = 0
     attempts: int = 0
+    deferrals: int = 0
     current: int | None = None
     due: float = 0.0
 
@@ -243,6 +248,10 @@ class SubscriptionModel(RuleBasedStateMachine):
             else:
                 del self.replays[position]
                 self.expected_replay_done.append(position)
+        elif outcome == "unavailable":
+            target.attempts -= 1  # not an attempt: an outage never parks a message
+            target.deferrals += 1
+            target.due = self.now + self.settings.retry_delay(target.deferrals)
         elif outcome == "park" or target.attempts >= limit:
             target.parking = True
             replayed = isinstance(target, ModelReplay)
@@ -770,6 +779,7 @@ class SubscriptionModel(RuleBasedStateMachine):
             "retry": lambda: requested_retry(m, delivery_id, now),
             "park": lambda: requested_park(m, delivery_id, "poison", now),
             "skip": lambda: requested_skip(m, delivery_id, now),
+            "unavailable": lambda: unavailable(m, delivery_id, now),
         }
         self._call(events[outcome])
 
