@@ -12,6 +12,7 @@ from operations.cli.log_format import log_handler
 from operations.cli.message_commands import message
 from operations.cli.poll_commands import poll, status
 from operations.cli.prune_command import prune
+from operations.cli.relay_command import relay
 from operations.cli.skip_command import skip
 from operations.cli.spark_command import spark
 from operations.cli.subscription_commands import parked, seek, subscription
@@ -50,8 +51,9 @@ cli.add_command(migrate)
 cli.add_command(rebase)
 cli.add_command(db)
 cli.add_command(demo)
-for command in (subscription, poll, status, seek, skip, parked, message, spark, tail, prune):
+for command in (subscription, poll, relay, status, seek, skip, parked, message, spark, tail):
     cli.add_command(command)
+cli.add_command(prune)
 
 
 def main() -> None:

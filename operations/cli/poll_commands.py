@@ -6,11 +6,12 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from prometheus_client.registry import Collector
 
 from operations.cli.context import CommandContext
 from operations.cli.errors import CommandUsageError
@@ -63,22 +64,40 @@ def options_of(
     return decorate
 
 
+def daemon_command(config_keys: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options `outbox poll` and `outbox relay` share: subscriptions, a TOML config (with
+    `config_keys`), the log format and every daemon option."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = daemon_options(command)
+        for option in reversed(
+            [
+                click.option(
+                    "--subscription", "subscriptions", multiple=True, help="Repeat for several."
+                ),
+                click.option(
+                    "--config",
+                    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                    help=f"TOML with {config_keys} and `subscriptions = [...]`.",
+                ),
+                click.option(
+                    "--log-format",
+                    type=click.Choice(LOG_FORMATS),
+                    default=DEFAULT_LOG_FORMAT,
+                    show_default=True,
+                    help="json: one JSON object per line (subscription, leader_token, ...).",
+                ),
+            ]
+        ):
+            command = option(command)
+        return command
+
+    return decorate
+
+
 @click.command()
-@click.option("--subscription", "subscriptions", multiple=True, help="Repeat for several.")
 @click.option("--handler", "handler_spec", help="package.module:callable")
-@click.option(
-    "--config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="TOML with `handler` and `subscriptions = [...]`.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(LOG_FORMATS),
-    default=DEFAULT_LOG_FORMAT,
-    show_default=True,
-    help="json: one JSON object per line (subscription, leader_token, position, ...).",
-)
-@daemon_options
+@daemon_command("`handler`")
 @click.pass_obj
 def poll(
     context: CommandContext,
@@ -104,7 +123,17 @@ def poll(
         raise click.UsageError("name a --subscription (or list them in --config)")
     if handler_spec is None:
         raise click.UsageError("name a --handler package.module:callable (or in --config)")
-    handler = _handler(handler_spec)
+    serve(context, names, _handler(handler_spec), option_values)
+
+
+def serve(
+    context: CommandContext,
+    names: list[str],
+    handler: Handler,
+    option_values: dict[str, float | None],
+    collectors: Sequence[Collector] = (),
+) -> None:
+    """Check the subscriptions, then run the daemon on them until SIGTERM or SIGINT."""
     given = {name: value for name, value in option_values.items() if value is not None}
     options = DaemonOptions.with_lease(**given)
     with connect_when_up(context) as conn:
@@ -112,7 +141,8 @@ def poll(
             check_pollable(name, administration.get(conn, name))
             ensure_not_restored(conn, name)
     garbage_collection.set_for_daemon()
-    unfinished = asyncio.run(run_daemon(context.database_url, names, handler, options))
+    run = run_daemon(context.database_url, names, handler, options, collectors=collectors)
+    unfinished = asyncio.run(run)
     if unfinished:
         exit_without_waiting(unfinished)
 

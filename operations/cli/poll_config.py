@@ -1,4 +1,5 @@
-"""`outbox poll --config FILE`: a TOML file with `handler` and `subscriptions`, validated.
+"""`outbox poll --config FILE` and `outbox relay --config FILE`: a TOML file with
+`subscriptions` and `handler` (poll) or a `[relay]` table (relay), validated.
 
 Unknown keys are refused rather than ignored (a misspelt `subscription` would otherwise run
 the daemon without it), and `subscriptions = "billing"` is refused rather than read as the
@@ -13,10 +14,20 @@ import pydantic
 from operations.cli.errors import CommandUsageError, validation_text
 
 
+class RelayConfig(pydantic.BaseModel):
+    """`[relay]`: `to = "nats://..."`, and `declare = true` to create what `to` names."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    to: str
+    declare: bool = False
+
+
 class PollConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
 
     handler: str | None = None
+    relay: RelayConfig | None = None
     subscriptions: list[str] = []
 
 

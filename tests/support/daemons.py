@@ -254,9 +254,16 @@ class DaemonGroup:
     started: list[Daemon] = field(default_factory=list)
 
     def start(
-        self, subscription: str, *options: str, handler: str = HANDLER, name: str | None = None
+        self,
+        subscription: str,
+        *options: str,
+        handler: str = HANDLER,
+        name: str | None = None,
+        relay_to: str | None = None,
     ) -> Daemon:
+        """`outbox poll` with `handler`, or `outbox relay --to relay_to`."""
         name = name or f"daemon-{len(self.started) + 1}"
+        runs = ["poll", "--handler", handler] if relay_to is None else ["relay", "--to", relay_to]
         log_path = self.log_dir / f"{name}.log"
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
@@ -264,11 +271,9 @@ class DaemonGroup:
                     sys.executable,
                     "-m",
                     "operations.cli",
-                    "poll",
+                    *runs,
                     "--subscription",
                     subscription,
-                    "--handler",
-                    handler,
                     *options,
                 ],
                 stdout=log_file,

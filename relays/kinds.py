@@ -1,0 +1,62 @@
+"""Which target serves which URL scheme, and the query parameters each takes.
+
+A target module is imported only when a URL names its scheme, so a relay to NATS never needs
+the RabbitMQ client installed.
+"""
+
+import dataclasses
+import importlib
+
+from relays.target import Target
+from relays.target_url import RelayUrlError, TargetUrl
+
+# Every target takes timeout= (seconds to wait for the broker's confirmation of one batch).
+_COMMON = frozenset({"timeout"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetKind:
+    schemes: tuple[str, ...]
+    parameters: frozenset[str]
+    target_class: str
+    """`module:Class`; the class takes (url: TargetUrl, *, declare: bool)."""
+
+
+KINDS = (
+    TargetKind(("nats",), _COMMON | {"subject", "stream"}, "relays.nats_target:NatsTarget"),
+    TargetKind(
+        ("redis", "rediss"),
+        _COMMON | {"stream", "dedup_window", "maxlen"},
+        "relays.redis_target:RedisTarget",
+    ),
+    TargetKind(
+        ("amqp", "amqps"),
+        _COMMON | {"exchange", "routing_key", "queue"},
+        "relays.rabbitmq_target:RabbitMqTarget",
+    ),
+    TargetKind(
+        ("http", "https"),
+        _COMMON | {"mode", "secret_env"},
+        "relays.webhook_target:WebhookTarget",
+    ),
+)
+
+SCHEMES = {scheme: kind for kind in KINDS for scheme in kind.schemes}
+
+
+def open_target(text: str, *, declare: bool = False) -> Target:
+    """The target a `--to` URL names, checked but not yet connected.
+
+    Raises RelayUrlError (a ValueError) naming the bad scheme, parameter or template.
+    """
+    scheme = text.partition("://")[0].lower() if "://" in text else ""
+    kind = SCHEMES.get(scheme)
+    if kind is None:
+        raise RelayUrlError(
+            f"--to: scheme {scheme or text!r} is not one of {', '.join(sorted(SCHEMES))}"
+        )
+    url = TargetUrl.parse(text, kind.parameters)
+    module_name, _, class_name = kind.target_class.partition(":")
+    target_class = getattr(importlib.import_module(module_name), class_name)
+    target: Target = target_class(url, declare=declare)
+    return target

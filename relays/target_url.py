@@ -1,0 +1,97 @@
+"""A relay's `--to` URL, read once at start: scheme, address, credentials and settings.
+
+Every query parameter must be one its target knows (`relays/kinds.py` lists them), so a
+misspelt `subjet=` is refused at start rather than ignored; a parameter given twice is
+refused too. Credentials never leave this object unmasked: `masked` is what logs, status,
+errors and metrics labels show.
+"""
+
+import dataclasses
+import urllib.parse
+
+from outbox.database_url import mask_password
+
+
+class RelayUrlError(ValueError):
+    """The --to URL cannot be relayed to: bad scheme, unknown parameter, bad template."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetUrl:
+    scheme: str
+    host: str
+    port: int | None
+    username: str | None
+    password: str | None = dataclasses.field(repr=False)
+    path: str
+    """The URL's path as given (`/vhost` for RabbitMQ, `/0` for Redis, `/hook` for HTTP)."""
+    parameters: dict[str, str]
+    masked: str
+    """The URL with its password replaced by ***."""
+    text: str = dataclasses.field(repr=False)
+    """The URL as given, password included: only for the client library's connect call."""
+
+    @classmethod
+    def parse(cls, text: str, allowed: frozenset[str]) -> "TargetUrl":
+        masked = mask_password(text)
+        try:
+            parts = urllib.parse.urlsplit(text)
+            port = parts.port
+        except ValueError as error:
+            raise RelayUrlError(f"--to {masked}: {error}") from None
+        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        parameters: dict[str, str] = {}
+        for name, value in pairs:
+            if name not in allowed:
+                known = ", ".join(sorted(allowed)) or "none"
+                raise RelayUrlError(
+                    f"--to {masked}: unknown parameter {name!r} (this target takes: {known})"
+                )
+            if name in parameters:
+                raise RelayUrlError(f"--to {masked}: parameter {name!r} is given twice")
+            parameters[name] = value
+        if not parts.hostname:
+            raise RelayUrlError(f"--to {masked}: no host")
+        return cls(
+            scheme=parts.scheme.lower(),
+            host=parts.hostname,
+            port=port,
+            username=urllib.parse.unquote(parts.username) if parts.username else None,
+            password=urllib.parse.unquote(parts.password) if parts.password else None,
+            path=parts.path,
+            parameters=parameters,
+            masked=masked,
+            text=text,
+        )
+
+    def required(self, name: str) -> str:
+        value = self.parameters.get(name)
+        if not value:
+            raise RelayUrlError(f"--to {self.masked}: the parameter {name}= is required")
+        return value
+
+    def number(self, name: str, default: float, minimum: float, maximum: float) -> float:
+        """A numeric parameter within [minimum, maximum], or its default when absent."""
+        text = self.parameters.get(name)
+        if text is None:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not minimum <= value <= maximum:  # nan fails both comparisons
+            raise RelayUrlError(
+                f"--to {self.masked}: {name}={text!r} must be a number from {_plain(minimum)}"
+                f" to {_plain(maximum)}"
+            )
+        return value
+
+    def address(self, default_port: int) -> str:
+        """`scheme://host:port` without credentials, path or query."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port or default_port}"
+
+
+def _plain(number: float) -> str:
+    """2592000, not 2.592e+06: a limit as a user would type it."""
+    return str(int(number)) if number == int(number) else str(number)

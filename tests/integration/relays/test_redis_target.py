@@ -1,0 +1,285 @@
+"""The Redis streams target against the Redis server on this machine."""
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import cast
+
+import pytest
+import redis.asyncio
+
+from poller.message import Message
+from relays import fields
+from relays.kinds import open_target
+from relays.redis_target import RedisTarget
+from relays.target import BrokerUnavailable
+from relays.target_url import RelayUrlError, TargetUrl
+from tests.support.brokers import REDIS, require
+from tests.support.relay_messages import made_messages
+
+URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[redis.asyncio.Redis]:
+    require(REDIS)
+    async with redis.asyncio.Redis(host="127.0.0.1", port=6379, decode_responses=True) as client:
+        yield client
+
+
+@pytest.fixture
+async def prefix(client: redis.asyncio.Redis) -> AsyncIterator[str]:
+    """A unique prefix for this test's streams; every key under it is deleted after."""
+    prefix = f"test-relay-{uuid.uuid4().hex}"
+    yield prefix
+    keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+    if keys:
+        await client.delete(*keys)
+
+
+def target(query: str, *, declare: bool = False, url: str = URL) -> RedisTarget:
+    return RedisTarget(TargetUrl.parse(f"{url}?{query}", _PARAMETERS), declare=declare)
+
+
+_PARAMETERS = frozenset({"stream", "dedup_window", "maxlen", "timeout"})
+
+
+async def create_stream(client: redis.asyncio.Redis, name: str) -> None:
+    """An existing, empty stream."""
+    await client.xadd(name, {"x": "1"})
+    await client.xtrim(name, maxlen=0)
+
+
+async def entries(client: redis.asyncio.Redis, stream: str) -> list[dict[str, str]]:
+    read = cast(list[tuple[str, dict[str, str]]], await client.xrange(stream))
+    return [entry for _, entry in read]
+
+
+def expected(messages: Sequence[Message]) -> list[dict[str, str]]:
+    return [{"data": m.data_text, **fields.metadata(m)} for m in messages]
+
+
+async def dedup_keys(client: redis.asyncio.Redis, prefix: str) -> list[str]:
+    return [key async for key in client.scan_iter(match=f"{prefix}*:outbox-published:*")]
+
+
+async def test_a_batch_is_added_in_order_with_every_field(
+    client: redis.asyncio.Redis, prefix: str
+) -> None:
+    await create_stream(client, prefix)
+    messages = made_messages(50) + made_messages(1, key=None, first_transaction=2000)
+    relay = target(f"stream={prefix}")
+    assert await relay.publish(messages) == {}
+    await relay.close()
+    got = await entries(client, prefix)
+    assert got == expected(messages)
+    assert next(iter(got[0])) == "data"
+    assert fields.PARTITION_KEY not in got[-1]
+
+
+async def test_the_same_batch_again_after_a_crash_is_not_added_twice(
+    client: redis.asyncio.Redis, prefix: str
+) -> None:
+    await create_stream(client, prefix)
+    messages = made_messages(50)
+    await target(f"stream={prefix}").publish(messages)
+    # A new target, as after a restart: only the markers in Redis remember the first publish.
+    relay = target(f"stream={prefix}")
+    assert await relay.publish(messages) == {}
+    await relay.close()
+    assert await client.xlen(prefix) == 50
+    assert await entries(client, prefix) == expected(messages)
+    ttl = await client.pttl(f"{prefix}:outbox-published:{fields.message_id(messages[0])}")
+    assert 86_000_000 < ttl <= 86_400_000
+
+
+async def test_an_overlapping_batch_adds_only_the_new_messages(
+    client: redis.asyncio.Redis, prefix: str
+) -> None:
+    await create_stream(client, prefix)
+    messages = made_messages(50)
+    relay = target(f"stream={prefix}&dedup_window=60")
+    await relay.publish(messages[:30])
+    await relay.publish(messages[20:])
+    await relay.close()
+    assert await entries(client, prefix) == expected(messages)
+    ttl = await client.pttl(f"{prefix}:outbox-published:{fields.message_id(messages[0])}")
+    assert 0 < ttl <= 60_000
+
+
+async def test_a_missing_stream_is_named_and_nothing_is_added(
+    client: redis.asyncio.Redis, prefix: str
+) -> None:
+    relay = target(f"stream={prefix}")
+    with pytest.raises(BrokerUnavailable) as raised:
+        await relay.publish(made_messages(3))
+    await relay.close()
+    assert raised.value.kind == "missing"
+    assert raised.value.reason == (
+        f"Redis: stream '{prefix}' does not exist (create it, or run the relay with --declare)"
+    )
+    assert not await client.exists(prefix)
+    assert await dedup_keys(client, prefix) == []
+
+
+async def test_declare_creates_the_stream(client: redis.asyncio.Redis, prefix: str) -> None:
+    messages = made_messages(5)
+    relay = target(f"stream={prefix}", declare=True)
+    assert await relay.publish(messages) == {}
+    await relay.close()
+    assert await entries(client, prefix) == expected(messages)
+
+
+async def test_a_template_spreads_one_batch_over_two_streams(
+    client: redis.asyncio.Redis, prefix: str
+) -> None:
+    a = made_messages(3, key="a")
+    b = made_messages(3, key="b", first_transaction=2000)
+    batch = [a[0], b[0], a[1], b[1], a[2], b[2]]
+    await create_stream(client, f"{prefix}.a")
+    relay = target(f"stream={prefix}.{{partition_key}}")
+    # Stream b is missing: the script stops at b's first message, a[0] already added.
+    with pytest.raises(BrokerUnavailable, match=f"stream '{prefix}.b' does not exist"):
+        await relay.publish(batch)
+    assert await entries(client, f"{prefix}.a") == expected(a[:1])
+    await create_stream(client, f"{prefix}.b")
+    assert await relay.publish(batch) == {}
+    await relay.close()
+    assert await entries(client, f"{prefix}.a") == expected(a)
+    assert await entries(client, f"{prefix}.b") == expected(b)
+
+
+async def test_maxlen_trims_the_stream_approximately(
+    client: redis.asyncio.Redis, prefix: str
+) -> None:
+    await create_stream(client, prefix)
+    messages = made_messages(300)
+    relay = target(f"stream={prefix}&maxlen=10")
+    await relay.publish(messages)
+    await relay.close()
+    # `~` trims whole nodes of (by default) 100 entries: fewer than added, at least maxlen.
+    assert 10 <= await client.xlen(prefix) < 300
+    assert (await entries(client, prefix))[-1] == expected(messages[-1:])[0]
+
+
+async def test_a_key_of_another_type_is_a_server_error_and_loses_nothing(
+    client: redis.asyncio.Redis, prefix: str
+) -> None:
+    await client.set(prefix, "not a stream")
+    messages = made_messages(2)
+    relay = target(f"stream={prefix}")
+    with pytest.raises(BrokerUnavailable, match="WRONGTYPE") as raised:
+        await relay.publish(messages)
+    assert raised.value.kind == "server_error"
+    assert prefix in raised.value.reason
+    assert await dedup_keys(client, prefix) == []  # so the retry below is not taken as a dup
+    await client.delete(prefix)
+    await create_stream(client, prefix)
+    await relay.publish(messages)
+    await relay.close()
+    assert await entries(client, prefix) == expected(messages)
+
+
+@pytest.mark.parametrize(
+    ("query", "complaint"),
+    [
+        ("", "stream= is required"),
+        ("stream=s&partition=1", "unknown parameter 'partition'"),
+        ("stream=s.{key}", "names {key}"),
+        ("stream=s&maxlen=1.5", "maxlen=1.5 must be a whole number"),
+        ("stream=s&maxlen=0", "maxlen='0' must be a number from 1"),
+        ("stream=s&dedup_window=0", "dedup_window='0' must be a number from 1 to"),
+        ("stream=s&timeout=0", "timeout='0'"),
+    ],
+)
+def test_bad_parameters_are_refused_at_start(query: str, complaint: str) -> None:
+    with pytest.raises(RelayUrlError, match=complaint.replace("{", r"\{").replace(".", r"\.")):
+        open_target(f"redis://user:s3cret@127.0.0.1:6379/0?{query}")
+
+
+@pytest.mark.parametrize("path", ["/x", "/0/1", "/-1"])
+def test_a_path_that_is_not_a_database_number_is_refused(path: str) -> None:
+    with pytest.raises(RelayUrlError, match="must be a database number") as raised:
+        open_target(f"redis://user:s3cret@127.0.0.1:6379{path}?stream=s")
+    assert "s3cret" not in str(raised.value)
+
+
+def test_the_database_defaults_to_0_and_rediss_is_accepted() -> None:
+    assert isinstance(open_target("redis://127.0.0.1?stream=s"), RedisTarget)
+    assert open_target("rediss://u:s3cret@127.0.0.1:6380/2?stream=s").name == (
+        "rediss://u:***@127.0.0.1:6380/2?stream=s"
+    )
+
+
+async def test_a_closed_port_is_a_connection_failure_quickly() -> None:
+    relay = target("stream=s", url="redis://user:s3cret@127.0.0.1:1/0")
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable) as raised:
+        await relay.publish(made_messages(1))
+    assert time.monotonic() - started < 2
+    assert raised.value.kind == "connection"
+    assert "127.0.0.1:1" in raised.value.reason
+    assert "s3cret" not in raised.value.reason
+    await relay.close()
+
+
+async def test_wrong_credentials_are_refused_without_showing_them() -> None:
+    require(REDIS)
+    relay = target("stream=s", url="redis://someone:s3cret@127.0.0.1:6379/0")
+    with pytest.raises(BrokerUnavailable) as raised:
+        await relay.publish(made_messages(1))
+    assert raised.value.kind == "refused"
+    assert "s3cret" not in raised.value.reason
+    assert "s3cret" not in relay.name
+
+
+async def test_a_server_that_does_not_answer_is_a_timeout() -> None:
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # never answers
+        writer.close()
+
+    async with await asyncio.start_server(swallow, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        relay = target("stream=s&timeout=0.3", url=f"redis://127.0.0.1:{port}/0")
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailable) as raised:
+            await relay.publish(made_messages(1))
+        assert time.monotonic() - started < 2
+        assert raised.value.kind == "timeout"
+        await relay.close()
+
+
+async def test_a_connection_killed_by_the_server_loses_and_doubles_nothing(
+    client: redis.asyncio.Redis, prefix: str
+) -> None:
+    await create_stream(client, prefix)
+    messages = made_messages(20)
+    relay = target(f"stream={prefix}")
+    await relay.publish(messages[:10])
+    ours = [c["id"] for c in await client.client_list() if c["name"] == relay.connection_name]
+    assert ours
+    for client_id in ours:
+        await client.client_kill_filter(_id=client_id)
+    # redis-py's retry reconnects; should it not, the relay's next attempt does.
+    failures = []
+    try:
+        await relay.publish(messages[5:])
+    except BrokerUnavailable as unavailable:
+        failures.append(unavailable.kind)
+        await relay.publish(messages[5:])
+    assert failures in ([], ["connection"])
+    await relay.close()
+    assert await entries(client, prefix) == expected(messages)
+    assert [c for c in await client.client_list() if c["name"] == relay.connection_name] == []
+
+
+async def test_publish_after_close_reconnects(client: redis.asyncio.Redis, prefix: str) -> None:
+    await create_stream(client, prefix)
+    messages = made_messages(4)
+    relay = target(f"stream={prefix}")
+    await relay.publish(messages[:2])
+    await relay.close()
+    await relay.publish(messages[2:])
+    await relay.close()
+    assert await entries(client, prefix) == expected(messages)

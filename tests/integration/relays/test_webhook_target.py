@@ -1,0 +1,383 @@
+"""The webhook target against a real HTTP server on 127.0.0.1, run by the test in a thread."""
+
+import base64
+import dataclasses
+import email.message
+import hashlib
+import hmac
+import re
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
+
+import orjson
+import pytest
+
+from poller.message import Message
+from relays import fields, webhook_target
+from relays.kinds import open_target
+from relays.target import BrokerUnavailable
+from relays.target_url import RelayUrlError
+from tests.support.relay_messages import made_messages
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    path: str
+    headers: email.message.Message
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        """A header as the relay sent it: UTF-8 (http.server reads header bytes as Latin-1)."""
+        value = self.headers.get(name)
+        return None if value is None else value.encode("latin-1").decode()
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    status: int = 200
+    body: bytes = b"ok"
+    headers: tuple[tuple[str, str], ...] = ()
+    hang: bool = False
+    """Answer nothing until the test ends."""
+
+
+class Receiver:
+    """Records every POST and answers with the next of `replies`, or 200 once they run out."""
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.replies: list[Reply] = []
+        self.released = threading.Event()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as a real receiver would
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append(Request(self.path, self.headers, body))
+                reply = receiver.replies.pop(0) if receiver.replies else Reply()
+                if reply.hang:
+                    receiver.released.wait(30)
+                    self.close_connection = True
+                    return
+                self.send_response(reply.status)
+                for name, value in reply.headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                self.wfile.write(reply.body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: pytest shows what matters."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def url(self, query: str = "", path: str = "/hooks/outbox") -> str:
+        return f"http://127.0.0.1:{self.port}{path}?{query}"
+
+    def stop(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    receiver = Receiver()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture
+def secret(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """(the name of an environment variable unique to this test, the secret it holds)."""
+    variable = f"TEST_WEBHOOK_SECRET_{uuid.uuid4().hex.upper()}"
+    value = f"whsec-{uuid.uuid4().hex}"
+    monkeypatch.setenv(variable, value)
+    return variable, value
+
+
+Verify = Callable[..., bool]
+
+
+def documented_verify() -> Verify:
+    """The verification snippet of the module's documentation, run as a user would copy it."""
+    snippet = re.search(r"::\n\n((?:    .*\n)+)", webhook_target.__doc__ or "")
+    assert snippet is not None
+    namespace: dict[str, Any] = {}
+    exec(textwrap.dedent(snippet[1]), namespace)
+    return cast(Verify, namespace["verify"])
+
+
+def expected_body(message: Message) -> dict[str, Any]:
+    return {
+        "message_id": message.message_id,
+        "message_type": message.message_type,
+        "publication": message.publication,
+        "partition_key": message.partition_key,
+        "position": f"{message.transaction_id}:{message.position}",
+        "appended_at": message.appended_at.isoformat(),
+        "headers": message.headers,
+        "data": message.data,
+    }
+
+
+def sent_ids(receiver: Receiver) -> list[str]:
+    return [orjson.loads(request.body)["message_id"] for request in receiver.requests]
+
+
+def ids(messages: Sequence[Message]) -> list[str]:
+    return [message.message_id for message in messages]
+
+
+async def test_each_message_is_one_signed_post_in_order_with_every_field(
+    receiver: Receiver, secret: tuple[str, str]
+) -> None:
+    variable, value = secret
+    messages = (
+        made_messages(20)
+        + made_messages(1, key=None, first_transaction=2000)
+        + made_messages(1, key="clé ü", first_transaction=3000)
+    )
+    target = open_target(receiver.url(f"secret_env={variable}"))
+    assert await target.publish(messages[:10]) == {}
+    await target.close()  # publish reconnects after close
+    assert await target.publish(messages[10:]) == {}
+    await target.close()
+
+    verify = documented_verify()
+    assert len(receiver.requests) == len(messages)
+    for request, message in zip(receiver.requests, messages, strict=True):
+        assert request.path == "/hooks/outbox"  # the relay's own parameters are not sent
+        assert orjson.loads(request.body) == expected_body(message)
+        # The payload and headers go as PostgreSQL's texts, not re-encoded.
+        assert f'"headers":{message.headers_text},'.encode() in request.body
+        assert request.header("Content-Type") == "application/json"
+        for field, text in fields.metadata(message).items():
+            assert request.header(field) == text
+        assert verify(value.encode(), request.headers, request.body)
+        assert not verify(b"another secret", request.headers, request.body)
+        assert not verify(value.encode(), request.headers, request.body + b" ")
+    assert receiver.requests[20].header(fields.PARTITION_KEY) is None
+
+    # A captured request replayed later: correctly signed, but too old.
+    request = receiver.requests[0]
+    stamp = str(int(time.time()) - 600)
+    mac = hmac.new(value.encode(), f"{stamp}.".encode() + request.body, hashlib.sha256)
+    replayed = {"Outbox-Timestamp": stamp, "Outbox-Signature": f"sha256={mac.hexdigest()}"}
+    assert not verify(value.encode(), replayed, request.body)
+    assert verify(value.encode(), replayed, request.body, max_age=900)
+
+
+async def test_mode_batch_sends_one_array_unsigned_without_secret_env(receiver: Receiver) -> None:
+    messages = made_messages(30) + made_messages(1, key=None, first_transaction=2000)
+    target = open_target(receiver.url("mode=batch"))
+    assert await target.publish(messages) == {}
+    assert await target.publish([]) == {}
+    await target.close()
+    [request] = receiver.requests
+    assert orjson.loads(request.body) == [expected_body(m) for m in messages]
+    assert request.header("Content-Type") == "application/json"
+    assert request.header("Outbox-Signature") is None
+    assert request.header("Outbox-Timestamp") is None
+    assert request.header(fields.MESSAGE_ID) is None  # per-message fields are in the body only
+
+
+async def test_a_republished_batch_arrives_again_with_the_same_message_ids(
+    receiver: Receiver,
+) -> None:
+    """After a crash the relay sends the batch again: at least once, de-duplicated by id."""
+    messages = made_messages(3)
+    before_crash = open_target(receiver.url())
+    assert await before_crash.publish(messages) == {}
+    await before_crash.close()
+    after_restart = open_target(receiver.url())
+    assert await after_restart.publish(messages) == {}
+    await after_restart.close()
+    assert sent_ids(receiver) == ids(messages) * 2
+    assert [r.header(fields.MESSAGE_ID) for r in receiver.requests] == ids(messages) * 2
+
+
+@pytest.mark.parametrize("status", [500, 503, 429, 408])
+async def test_a_server_error_makes_the_batch_wait_then_it_goes_through(
+    receiver: Receiver, status: int
+) -> None:
+    messages = made_messages(5)
+    target = open_target(receiver.url("mode=batch"))
+    receiver.replies = [Reply(status, b"try later")]
+    with pytest.raises(BrokerUnavailable) as raised:
+        await target.publish(messages)
+    assert raised.value.kind == "server_error"
+    assert f"HTTP {status}: try later" in raised.value.reason
+    assert await target.publish(messages) == {}
+    await target.close()
+    first, second = receiver.requests
+    assert first.body == second.body
+    assert orjson.loads(second.body) == [expected_body(m) for m in messages]
+
+
+async def test_mode_message_sends_again_only_what_was_not_answered(receiver: Receiver) -> None:
+    messages = made_messages(5)
+    target = open_target(receiver.url())
+    receiver.replies = [Reply(), Reply(422, b"no"), Reply(503)]
+    with pytest.raises(BrokerUnavailable) as raised:
+        await target.publish(messages)
+    assert raised.value.kind == "server_error"
+    # The same batch again: the published and refused ones are not sent twice.
+    assert await target.publish(messages) == {messages[1].at: "HTTP 422: no"}
+    await target.close()
+    assert sent_ids(receiver) == ids(messages[:3] + messages[2:])
+
+
+async def test_a_4xx_refuses_that_message_for_good_and_the_rest_go_on(receiver: Receiver) -> None:
+    messages = made_messages(4)
+    target = open_target(receiver.url())
+    long_body = b"  invalid\n  order: " + b"x" * 300
+    receiver.replies = [Reply(), Reply(422, long_body), Reply(404, b"")]
+    refused = await target.publish(messages)
+    await target.close()
+    assert refused == {
+        messages[1].at: "HTTP 422: " + ("invalid order: " + "x" * 300)[:200],
+        messages[2].at: "HTTP 404: Not Found",
+    }
+    assert sent_ids(receiver) == ids(messages)
+
+
+async def test_a_4xx_in_mode_batch_refuses_every_message_of_it(receiver: Receiver) -> None:
+    messages = made_messages(3)
+    target = open_target(receiver.url("mode=batch"))
+    receiver.replies = [Reply(400, b"bad batch")]
+    assert await target.publish(messages) == {m.at: "HTTP 400: bad batch" for m in messages}
+    await target.close()
+    assert len(receiver.requests) == 1
+
+
+async def test_a_redirect_is_not_followed_and_names_its_location(receiver: Receiver) -> None:
+    [message] = made_messages(1)
+    target = open_target(receiver.url())
+    location = f"http://127.0.0.1:{receiver.port}/elsewhere"
+    receiver.replies = [Reply(307, b"", (("Location", location),))]
+    refused = await target.publish([message])
+    await target.close()
+    assert refused == {
+        message.at: f"HTTP 307: redirects to {location!r}, and redirects are not followed"
+    }
+    assert [r.path for r in receiver.requests] == ["/hooks/outbox"]
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_a_receiver_refusing_the_sender_parks_nothing(
+    receiver: Receiver, status: int
+) -> None:
+    target = open_target(receiver.url())
+    receiver.replies = [Reply(status, b"bad signature")]
+    with pytest.raises(BrokerUnavailable) as raised:
+        await target.publish(made_messages(2))
+    await target.close()
+    assert raised.value.kind == "refused"
+    assert f"HTTP {status}: bad signature" in raised.value.reason
+
+
+async def test_a_header_http_cannot_carry_refuses_only_that_message(receiver: Receiver) -> None:
+    odd = made_messages(1, key="line\nbreak", first_transaction=2000)
+    messages = made_messages(1) + odd + made_messages(1, first_transaction=3000)
+    target = open_target(receiver.url())
+    refused = await target.publish(messages)
+    assert list(refused) == [odd[0].at]
+    assert fields.PARTITION_KEY in refused[odd[0].at]
+    assert sent_ids(receiver) == ids(messages[::2])
+    await target.close()
+
+    in_batch = open_target(receiver.url("mode=batch"))
+    assert await in_batch.publish(odd) == {}
+    await in_batch.close()
+    assert orjson.loads(receiver.requests[-1].body)[0]["partition_key"] == "line\nbreak"
+
+
+async def test_a_receiver_that_hangs_past_timeout_is_a_timeout(receiver: Receiver) -> None:
+    messages = made_messages(2)
+    target = open_target(receiver.url("timeout=0.3"))
+    receiver.replies = [Reply(hang=True)]
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable) as raised:
+        await target.publish(messages)
+    assert time.monotonic() - started < 2
+    assert raised.value.kind == "timeout"
+    assert "no answer within 0.3s" in raised.value.reason
+    assert await target.publish(messages) == {}  # on a new connection
+    await target.close()
+    assert sent_ids(receiver) == ids(messages[:1] + messages)
+
+
+async def test_a_closed_port_is_a_connection_failure_quickly() -> None:
+    target = open_target("http://127.0.0.1:1/hook")
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable) as raised:
+        await target.publish(made_messages(1))
+    await target.close()
+    assert time.monotonic() - started < 2
+    assert raised.value.kind == "connection"
+    assert raised.value.reason.startswith("http://127.0.0.1:1/hook: ConnectError")
+
+
+def test_a_secret_env_naming_no_set_variable_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    variable = f"TEST_WEBHOOK_UNSET_{uuid.uuid4().hex.upper()}"
+    monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(RelayUrlError, match=variable):
+        open_target(f"http://127.0.0.1:9/hook?secret_env={variable}")
+    monkeypatch.setenv(variable, "")
+    with pytest.raises(RelayUrlError, match=variable):
+        open_target(f"http://127.0.0.1:9/hook?secret_env={variable}")
+    with pytest.raises(RelayUrlError, match="secret_env=''"):
+        open_target("http://127.0.0.1:9/hook?secret_env=")
+
+
+@pytest.mark.parametrize(
+    ("query", "complaint"),
+    [
+        ("mode=stream", "mode='stream' must be message or batch"),
+        ("colour=red", "unknown parameter 'colour'"),
+        ("timeout=0", "timeout='0' must be a number from 0.1 to 600"),
+        ("mode=batch&mode=message", "parameter 'mode' is given twice"),
+    ],
+)
+def test_bad_parameters_are_refused(query: str, complaint: str) -> None:
+    with pytest.raises(RelayUrlError, match=re.escape(complaint)):
+        open_target(f"http://127.0.0.1:9/hook?{query}")
+
+
+async def test_the_secret_and_password_are_never_shown(
+    receiver: Receiver, secret: tuple[str, str]
+) -> None:
+    variable, value = secret
+    password = f"pw-{uuid.uuid4().hex}"
+    url = receiver.url(f"secret_env={variable}&timeout=0.3").replace("//", f"//relay:{password}@")
+    target = open_target(url)
+    shown = [repr(target), target.name]
+    receiver.replies = [Reply(500, b"down"), Reply(401), Reply(hang=True), Reply(418, b"teapot")]
+    for _ in range(3):
+        with pytest.raises(BrokerUnavailable) as raised:
+            await target.publish(made_messages(1))
+        shown += [str(raised.value), repr(raised.value), raised.value.reason]
+    shown += (await target.publish(made_messages(1))).values()
+    await target.close()
+    closed = open_target(url.replace(f"127.0.0.1:{receiver.port}", "127.0.0.1:1"))
+    with pytest.raises(BrokerUnavailable) as raised:
+        await closed.publish(made_messages(1))
+    shown += [str(raised.value), raised.value.reason, repr(closed)]
+    assert "***" in target.name
+    assert [text for text in shown if value in text or password in text] == []
+    # The password went where it belongs: basic authentication.
+    credentials = base64.b64encode(f"relay:{password}".encode()).decode()
+    assert receiver.requests[0].header("Authorization") == f"Basic {credentials}"
