@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support import brokers
 from tests.support.databases import DatabaseFactory, server_url
 
 
@@ -24,3 +25,12 @@ def database_url(database_factory: DatabaseFactory) -> Iterator[str]:
     url = database_factory.create()
     yield url
     database_factory.drop(url)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say which brokers the relay tests ran against, and which they skipped, and why."""
+    lines = []
+    for name, host, port in (brokers.NATS, brokers.REDIS, brokers.RABBITMQ):
+        state = "answered: its tests ran" if brokers.answers(host, port) else "absent: skipped"
+        lines.append(f"{name} on {host}:{port} {state}")
+    terminalreporter.write_line("brokers for the relay tests: " + "; ".join(lines))

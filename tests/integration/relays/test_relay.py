@@ -1,0 +1,77 @@
+"""The relay over real targets: what it makes of a confirmation, a refusal for good and an
+outage, and the metrics it keeps of each."""
+
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Thread
+
+import pytest
+import redis
+
+import relays
+from poller.outcomes import DestinationUnavailable, ParkMessage
+from tests.support import brokers
+from tests.support.relay_messages import made_messages
+
+
+def sample(relay: relays.Relay, name: str, **labels: str) -> float | None:
+    return relay.metrics.registry.get_sample_value(name, {"relay": relay.target.name, **labels})
+
+
+async def test_a_confirmed_batch_finishes_and_is_counted() -> None:
+    brokers.require(brokers.REDIS)
+    stream = f"relay-test-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis(host=brokers.REDIS[1], port=brokers.REDIS[2])
+    relay = relays.handler(f"redis://127.0.0.1:6379/0?stream={stream}", declare=True)
+    try:
+        assert await relay(made_messages(20)) == {}
+        assert client.xlen(stream) == 20
+        assert sample(relay, "outbox_relay_messages_published_total") == 20
+        assert sample(relay, "outbox_relay_publish_batches_total") == 1
+        assert sample(relay, "outbox_relay_publish_seconds_count") == 1
+        assert sample(relay, "outbox_relay_failing") == 0
+    finally:
+        await relay.close()
+        client.delete(stream, *client.scan_iter(f"{stream}:outbox-published:*"))
+
+
+async def test_an_outage_is_destination_unavailable_and_counted_by_kind() -> None:
+    relay = relays.handler("redis://user:s3cret@127.0.0.1:1/0?stream=orders")
+    with pytest.raises(DestinationUnavailable) as raised:
+        await relay(made_messages(3))
+    assert "s3cret" not in str(raised.value)
+    assert "redis://user:***@127.0.0.1:1" in str(raised.value)
+    assert relay.problem is not None
+    assert sample(relay, "outbox_relay_broker_errors_total", kind="connection") == 1
+    assert sample(relay, "outbox_relay_failing") == 1
+    assert sample(relay, "outbox_relay_messages_published_total") == 0
+
+
+class Refusing(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b"unknown order type"
+        self.send_response(422)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass  # keep the test output quiet
+
+
+async def test_a_refusal_for_good_parks_with_the_status_in_the_reason() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    Thread(target=server.serve_forever, daemon=True).start()
+    relay = relays.handler(f"http://127.0.0.1:{server.server_address[1]}/hook")
+    try:
+        messages = made_messages(2)
+        outcomes = await relay(messages)
+    finally:
+        await relay.close()
+        server.shutdown()
+    assert set(outcomes) == {message.at for message in messages}
+    for outcome in outcomes.values():
+        assert isinstance(outcome, ParkMessage)
+        assert "HTTP 422: unknown order type" in outcome.reason
+    assert sample(relay, "outbox_relay_messages_refused_total") == 2
