@@ -354,13 +354,15 @@ class SubscriptionStatus(NamedTuple):
     # holders are not visible to this user).
     hidden: bool
     blockers: list[Blocker]
+    destination_unavailable: str | None
+    """Why the leader's handler cannot deliver now (a relay's broker is down), if it cannot."""
 
 
 def status(conn: psycopg.Connection[Any]) -> list[SubscriptionStatus]:
     store = AdminStore(conn)
     result = []
     for row in store.status():
-        name, publication, tx, pos, behind, age, host, pid, since, alive, hidden_tx = row
+        name, publication, tx, pos, behind, age, host, pid, since, alive, hidden_tx, problem = row
         blockers = [] if hidden_tx is None else store.blockers_before(hidden_tx)
         result.append(
             SubscriptionStatus(
@@ -375,6 +377,7 @@ def status(conn: psycopg.Connection[Any]) -> list[SubscriptionStatus]:
                 alive,
                 hidden_tx is not None,
                 [Blocker(*blocker) for blocker in blockers],
+                problem,
             )
         )
     return result

@@ -270,7 +270,7 @@ SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_transaction
 SELECT subscription_id, publication_id, checkpoint_transaction_id::text::bigint, checkpoint_position,
        messages_behind, extract(epoch FROM oldest_undelivered_age)::float8,
        leader_host, leader_pid, leader_since, leader_alive,
-       oldest_hidden_transaction_id::text::bigint
+       oldest_hidden_transaction_id::text::bigint, destination_unavailable
 FROM outbox.subscription_status ORDER BY subscription_id
 
 -- get_message_by_id --

@@ -145,7 +145,8 @@ SELECT 'prepared transaction',
        outbox.widen_xid(p.transaction)
 FROM pg_prepared_xacts AS p;
 
--- Per subscription: where it stands, how far behind, who leads it, and what holds it back.
+-- Per subscription: where it stands, how far behind, who leads it, what holds it back, and
+-- why its handler's destination cannot take messages now (a relay's broker down; 0012).
 CREATE VIEW outbox.subscription_status AS
 SELECT s.subscription_id,
        s.publication_id,
@@ -167,7 +168,9 @@ SELECT s.subscription_id,
        clock_timestamp() - parked.oldest AS oldest_parked_age,
        hidden.oldest_transaction_id AS oldest_hidden_transaction_id,
        blockers.pids AS blocked_by_pids,
-       blockers.description AS blocked_by
+       blockers.description AS blocked_by,
+       CASE WHEN leader.expires_at > clock_timestamp()
+            THEN leader.runtime ->> 'destination_unavailable' END AS destination_unavailable
 FROM outbox.subscriptions AS s
 LEFT JOIN outbox.subscription_leaders AS leader USING (subscription_id)
 LEFT JOIN LATERAL (

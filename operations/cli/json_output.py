@@ -55,6 +55,7 @@ def status_document(row: SubscriptionStatus) -> dict[str, Any]:
         "leader_since": row.leader_since,
         "hidden_messages": row.hidden,
         "blockers": [blocker._asdict() for blocker in row.blockers],
+        "destination_unavailable": row.destination_unavailable,
     }
 
 

@@ -214,6 +214,14 @@ def status(context: CommandContext, /, as_json: bool, retention_stale_after: flo
             cell(_blocked_by(row)),
         )
     console().print(listing)
+    for row in rows:
+        if row.destination_unavailable is not None:
+            console().print(
+                cell(
+                    f"{row.subscription}: its handler's destination cannot take messages,"
+                    f" retrying: {row.destination_unavailable}"
+                )
+            )
     stale_after = retention_stale_after or DaemonOptions.retention_stale_after
     print_oldest_holder(holders, stale_after)
 

@@ -338,6 +338,7 @@ class LeadershipTerm:
             "retry_queue": machine.retry_queue_length,
             "buffered": machine.buffered_count,
             "draining_keys": sorted(machine.draining_keys)[:100],
+            "destination_unavailable": machine.destination_problem,
         }
 
     # Ticking and renewing -----------------------------------------------------------------

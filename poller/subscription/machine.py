@@ -71,6 +71,9 @@ class SubscriptionMachine:
         self._fresh: collections.deque[TrackedMessage] = collections.deque()
         self._parking: dict[tuple[Position, int], list[TrackedMessage]] = {}
         """Messages waiting for parked(position, epoch), by the Park they wait on."""
+        self.destination_problem: str | None = None
+        """Why the last delivery's destination could not take it (UNAVAILABLE), until one
+        succeeds again: the daemon shows it to operators."""
         self._replay_sequence = 0
         self._replays: dict[Position, TrackedMessage] = {}
         """Unfinished replays (queued, in flight, backing off, parking) by parked position."""
@@ -347,10 +350,12 @@ class SubscriptionMachine:
             self._fail(message, self._deadlines.reason(delivery), out)
         elif kind is OutcomeKind.ACKED:
             self._complete(message, out)
+            self.destination_problem = None
         elif kind is OutcomeKind.FAILED:
             self._fail(message, outcome.detail, out)
         elif kind is OutcomeKind.UNAVAILABLE:
             self._defer(message)
+            self.destination_problem = outcome.detail
         else:
             self._park(message, outcome.detail, out)
 

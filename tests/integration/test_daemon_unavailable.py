@@ -3,6 +3,7 @@ backoff however long the outage lasts, nothing is parked, the checkpoint holds, 
 resumes in order once the destination is back."""
 
 import threading
+from typing import Any
 
 import psycopg
 import pytest
@@ -15,7 +16,11 @@ from tests.integration.test_daemon import append, stored_checkpoint, subscribe, 
 from tests.support.inprocess import running_daemon
 
 # Fewer attempts than the outage lasts: were an outage counted, every message would park.
-SETTINGS = {"max_retry_count": 2, "retry_backoff_initial": 0.01, "retry_backoff_max": 0.05}
+SETTINGS: dict[str, Any] = {
+    "max_retry_count": 2,
+    "retry_backoff_initial": 0.01,
+    "retry_backoff_max": 0.05,
+}
 OUTAGE_CALLS = 8
 
 
@@ -33,6 +38,15 @@ class FlakyDestination:
             if self.calls <= OUTAGE_CALLS:
                 raise DestinationUnavailable("broker down")
             self.received += messages
+
+
+def destination_unavailable(url: str) -> str | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT destination_unavailable FROM outbox.subscription_status"
+        ).fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
 
 
 def parked_count(url: str) -> int:
@@ -60,8 +74,11 @@ def test_an_outage_parks_nothing_and_delivery_resumes_in_order(
     with running_daemon(database_url, ["sub"], batch if kind == "batch" else one):
         wait_for(lambda: destination.calls >= OUTAGE_CALLS // 2)
         assert stored_checkpoint(database_url) == START  # nothing confirmed, nothing passed
+        # The leader says why it cannot deliver, in the view operators read.
+        wait_for(lambda: destination_unavailable(database_url) == "broker down")
         wait_for(lambda: len(destination.received) >= len(written))
         wait_for(lambda: stored_checkpoint(database_url).position == written[-1])
+        wait_for(lambda: destination_unavailable(database_url) is None)  # said while it lasts
     assert destination.calls > OUTAGE_CALLS
     assert [message.position for message in destination.received] == written
     assert parked_count(database_url) == 0

@@ -15,6 +15,7 @@ from tests.unit.subscription.support import (
     requested_park,
     requested_retry,
     requested_skip,
+    unavailable,
     withdrawn,
 )
 
@@ -179,3 +180,23 @@ def test_a_delivery_sought_away_before_it_started_frees_its_consumer_only() -> N
     assert machine.in_flight_by_consumer == {}
     redelivered = only_delivery(machine.messages_read([message(1)], 1, 2.0))
     assert (redelivered.epoch, redelivered.attempt) == (1, 1)
+
+
+def test_an_unavailable_destination_backs_off_without_using_attempts_and_is_reported() -> None:
+    settings = make_settings(
+        Strategy.ROUND_ROBIN, max_retry_count=2, retry_backoff_initial=0.5, retry_backoff_max=2.0
+    )
+    machine = make_machine(settings)
+    delivery = only_delivery(machine.messages_read([message(1)], 0, 0.0))
+    now = 0.0
+    # Five outages, more than max_retry_count: none counts, each backs off longer (capped).
+    for deferral, delay in enumerate([0.5, 1.0, 2.0, 2.0, 2.0], start=1):
+        assert unavailable(machine, delivery.delivery_id, now) == []
+        assert machine.destination_problem == "broker down"
+        assert machine.tick(now + delay - 0.01) == [], deferral
+        now += delay
+        delivery = only_delivery(machine.tick(now))
+        assert delivery.attempt == 1
+    written = [*acked(machine, delivery.delivery_id, now), machine.final_checkpoint()]
+    assert machine.destination_problem is None
+    assert WriteCheckpoint(at(1), 0) in written
