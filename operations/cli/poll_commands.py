@@ -6,7 +6,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -132,6 +132,7 @@ def serve(
     handler: Handler,
     option_values: dict[str, float | None],
     collectors: Sequence[Collector] = (),
+    closers: Sequence[Callable[[], Awaitable[None]]] = (),
 ) -> None:
     """Check the subscriptions, then run the daemon on them until SIGTERM or SIGINT."""
     given = {name: value for name, value in option_values.items() if value is not None}
@@ -141,7 +142,9 @@ def serve(
             check_pollable(name, administration.get(conn, name))
             ensure_not_restored(conn, name)
     garbage_collection.set_for_daemon()
-    run = run_daemon(context.database_url, names, handler, options, collectors=collectors)
+    run = run_daemon(
+        context.database_url, names, handler, options, collectors=collectors, closers=closers
+    )
     unfinished = asyncio.run(run)
     if unfinished:
         exit_without_waiting(unfinished)

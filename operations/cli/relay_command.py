@@ -55,4 +55,5 @@ def relay(
     if url is None:
         raise click.UsageError("name a --to URL (or `to` in the config's [relay] table)")
     relay_handler = relays.handler(url, declare=bool(declare))
-    serve(context, names, relay_handler, option_values, [relay_handler.metrics.registry])
+    registry = relay_handler.metrics.registry
+    serve(context, names, relay_handler, option_values, [registry], [relay_handler.close])

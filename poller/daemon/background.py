@@ -3,6 +3,7 @@ for the demo, the benchmarks and the tests, which use exactly this)."""
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 
 from poller.daemon.handlers import Handler
@@ -24,12 +25,18 @@ class DaemonThread:
         subscriptions: list[str],
         handler: Handler,
         options: DaemonOptions | None = None,
+        closers: Sequence[Callable[[], Awaitable[None]]] = (),
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._stop = asyncio.Event()
         self._failure: BaseException | None = None
         daemon = run_daemon(
-            database_url, subscriptions, handler, options or DaemonOptions(), self._stop
+            database_url,
+            subscriptions,
+            handler,
+            options or DaemonOptions(),
+            self._stop,
+            closers=closers,
         )
 
         def serve() -> None:

@@ -4,7 +4,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from prometheus_client.registry import Collector
 
@@ -28,12 +28,15 @@ async def run_daemon(
     options: DaemonOptions,
     stop: asyncio.Event | None = None,
     collectors: Sequence[Collector] = (),
+    closers: Sequence[Callable[[], Awaitable[None]]] = (),
 ) -> list[Message]:
     """Run until `stop` is set (or SIGTERM/SIGINT); return the messages whose handlers were
     still running when the shutdown timeout ran out (empty after a clean stop). Their threads
     cannot be stopped, so a command-line caller should end the process rather than wait.
 
-    `collectors`: more Prometheus figures for /metrics (a relay's own).
+    `collectors`: more Prometheus figures for /metrics (a relay's own). `closers`: awaited on
+    the daemon's loop once every subscription stopped (a relay's broker connection, which
+    belongs to this loop and must be closed before it ends).
     """
     stop = stop or asyncio.Event()
     metrics = DaemonMetrics(subscriptions, options)
@@ -69,6 +72,11 @@ async def run_daemon(
         await asyncio.gather(listener, retention, return_exceptions=True)
         for caller in callers:
             caller.close()
+        for close in closers:
+            try:
+                await close()
+            except Exception:  # a connection that will not close cleanly is gone anyway
+                log.warning("closing after the daemon stopped failed", exc_info=True)
         if server is not None:
             server.stop()
     unfinished = {m.at: m for worker in workers for m in worker.abandoned}

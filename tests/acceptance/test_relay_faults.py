@@ -20,6 +20,7 @@ from operations.demo.workload import WorkloadShape
 from outbox.positions import Position
 from tests.support import brokers
 from tests.support.broker_streams import DESTINATIONS, Destination
+from tests.support.cli import outbox_command
 from tests.support.daemons import Daemon, DaemonGroup, daemon_group, wait_until
 from tests.support.stored import (
     committed_messages,
@@ -155,6 +156,11 @@ def test_a_broker_unreachable_for_10_s_parks_nothing_and_resumes(
                 proxy.refuse()
                 outage_began = time.monotonic()
                 relay.wait_for_log(r"the broker cannot take messages \(connection\)", 30)
+                wait_until(
+                    lambda: "destination cannot take messages" in status_text(database_url),
+                    15,
+                    "outbox status to say the relay is failing",
+                )
                 while time.monotonic() - outage_began < 10:
                     time.sleep(0.5)
                     # The checkpoint passes nothing unconfirmed: the broker holds where it is.
@@ -170,6 +176,12 @@ def test_a_broker_unreachable_for_10_s_parks_nothing_and_resumes(
         assert parked(database_url) == 0
     finally:
         destination.remove()
+
+
+def status_text(url: str) -> str:
+    done = outbox_command(["status"], url)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def parked(url: str) -> int:

@@ -84,3 +84,15 @@ def test_load_benchmark_reports_latency_and_lag_under_paced_writers(database_ser
     ):
         assert text in output
     assert re.search(r"\d\.\d\dx", output)
+
+
+def test_relays_benchmark_reports_each_answering_broker_against_its_client(
+    database_server: str,
+) -> None:
+    output = run_bench(database_server, "relays")
+    for broker in ("nats", "redis", "rabbitmq"):
+        assert f"{broker}, 2,000 messages" in output
+    assert "outbox relay" in output
+    if "not answering" not in output:
+        assert output.count("plain client loop") >= 6  # each broker's row and its ratio's
+        assert len(re.findall(r"\d\.\d\dx", output)) == 3
