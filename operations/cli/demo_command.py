@@ -14,6 +14,7 @@ from rich.table import Table
 
 from operations.cli.context import CommandContext
 from operations.demo.live import CountingHandler
+from operations.demo.relay_round import nats_answers, relay_to_nats
 from operations.demo.workload import WorkloadShape, WriterTally, read_until, run_writers
 from poller import administration
 from poller.daemon.background import DaemonThread
@@ -90,6 +91,15 @@ def _run(console: Console, url: str, publication: str, shape: WorkloadShape) -> 
     finally:
         daemon.stop()
     console.print(_summary(tally, handler, naive_read.positions))
+    if nats_answers():
+        console.print("NATS answers on localhost: relaying the same messages to JetStream...")
+        round_ = relay_to_nats(url, publication, len(tally.committed))
+        console.print(
+            f"outbox relay -> NATS stream {round_.stream}: {round_.in_stream} messages for"
+            f" {round_.committed} committed (de-duplicated by Nats-Msg-Id; stream removed)"
+        )
+    else:
+        console.print("(no NATS on 127.0.0.1:4222: the relay to JetStream is not shown)")
 
 
 def _show_progress(

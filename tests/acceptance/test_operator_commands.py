@@ -2,6 +2,7 @@
 operators: `message show`, `db start/stop/status`, `parked purge`'s confirmation."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 import outbox
 from outbox.positions import Position
+from tests.support import brokers
 from tests.support.cli import OUTBOX_SCRIPT, outbox_command
 from tests.support.databases import DatabaseFactory
 from tests.support.stored import create_subscription, stored_checkpoint
@@ -192,6 +194,13 @@ def test_demo_cleans_up_and_refuses_nonsense_counts(database_url: str) -> None:
         assert value in refused.stderr
     done = outbox_command(["demo", "--writers", "2", "--transactions", "3"], database_url)
     assert done.returncode == 0, done.stderr
+    # With NATS on localhost the demo also relays its messages to JetStream.
+    if brokers.answers(brokers.NATS[1], brokers.NATS[2]):
+        relayed = re.search(r"NATS stream \S+: (\d+) messages for (\d+) committed", done.stdout)
+        assert relayed is not None, done.stdout
+        assert relayed[1] == relayed[2]
+    else:
+        assert "no NATS on 127.0.0.1:4222" in done.stdout
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT count(*) FROM outbox.subscriptions").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM outbox.messages").fetchone() == (0,)
