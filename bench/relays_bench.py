@@ -1,16 +1,22 @@
-"""Relays against the broker's own publish rate: messages per second relayed from a backlog
-with the defaults (one relay, batches of 500), next to a plain client loop publishing the same
-messages with the same batching and confirmations, in the same run (the physical limit here).
+"""Relays against the broker itself, in the same run:
+- throughput: messages per second relayed from a backlog with the defaults (one relay,
+  batches of 500), next to a plain client loop publishing the same messages with the same
+  batching and confirmations (the physical limit here);
+- latency: commit to the broker's confirmation, p50 and p99, with 16 writer processes
+  committing 1,000 messages/s between them (bench/load_bench.py's writers), next to the daemon
+  with an `async def` no-op handler (what the relay adds over delivery itself).
 
 A broker that does not answer on localhost is left out, with a note saying so.
 """
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import aio_pika
@@ -19,8 +25,10 @@ import psycopg
 import redis.asyncio
 from nats.js.api import StreamConfig
 
+import poller
 import relays
-from bench.common import Measurement
+from bench import load_bench
+from bench.common import Measurement, percentiles
 from bench.poller_bench import fill
 from outbox.positions import Position
 from poller import administration
@@ -29,31 +37,53 @@ from poller.message import Message
 from poller.store.message_reads import read_batch
 from relays import fields
 
-TITLE = "Relays: messages/s relayed from a backlog vs the broker's own client loop"
+TITLE = "Relays: throughput vs each broker's own client loop, commit-to-broker latency"
 BATCH = 500
 HOST = "127.0.0.1"
-PORTS = {"nats": 4222, "redis": 6379, "rabbitmq": 5672}
+LATENCY_RATE = 1_000.0
+RELAY = "outbox relay"
+CLIENT = "plain client loop"
+DAEMON = "daemon, async def no-op"
+
+Publish = Callable[[list[Message]], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class Destination:
+    """A stream, or an exchange with a queue, made for one measurement."""
+
+    relay_url: str
+    publish: Publish
+    """The broker's own client publishing one batch, confirmations awaited."""
+
+
+Make = Callable[[], contextlib.AbstractAsyncContextManager[Destination]]
 
 
 def run(database_url: str, quick: bool) -> list[Measurement]:
     count = 2_000 if quick else int(os.environ.get("OUTBOX_BENCH_RELAY_MESSAGES", 1_000_000))
+    seconds = 1.0 if quick else 10.0
+    brokers: dict[str, tuple[int, Make]] = {
+        "nats": (4222, nats_stream),
+        "redis": (6379, redis_stream),
+        "rabbitmq": (5672, rabbit_queue),
+    }
+    answering = {name: make for name, (port, make) in brokers.items() if answers(port)}
+    measurements = [
+        Measurement(f"{name}, throughput", RELAY, 0, "msg/s", note=f"not answering on {HOST}")
+        for name in brokers
+        if name not in answering
+    ]
     fill(database_url, "relay", count)
     messages = backlog(database_url, count)
-    measurements = []
-    for broker, bench in (("nats", nats_bench), ("redis", redis_bench), ("rabbitmq", rabbit_bench)):
-        group = f"{broker}, {count:,} messages"
-        if not answers(PORTS[broker]):
-            measurements.append(
-                Measurement(group, "relay", 0, "msg/s", note=f"not answering on {HOST}")
-            )
-            continue
-        client_rate, relay_rate = asyncio.run(bench(database_url, messages))
+    for name, make in answering.items():
+        client, relayed = asyncio.run(throughput(database_url, messages, make))
+        group = f"{name}, {count:,} messages"
         measurements += [
-            Measurement(group, "plain client loop", client_rate, "msg/s", note="batches of 500"),
-            Measurement(
-                group, "outbox relay", relay_rate, "msg/s", "plain client loop", "aim >= 0.5x"
-            ),
+            Measurement(group, CLIENT, client, "msg/s", note=f"batches of {BATCH}"),
+            Measurement(group, RELAY, relayed, "msg/s", CLIENT, "aim >= 0.5x"),
         ]
+    measurements += latency(database_url, answering, seconds)
     return measurements
 
 
@@ -77,23 +107,25 @@ def backlog(database_url: str, count: int) -> list[Message]:
     return messages
 
 
-async def timed(
-    publish: Callable[[list[Message]], Awaitable[object]], messages: list[Message]
-) -> float:
-    started = time.perf_counter()
-    for start in range(0, len(messages), BATCH):
-        await publish(messages[start : start + BATCH])
-    return len(messages) / (time.perf_counter() - started)
+async def throughput(database_url: str, messages: list[Message], make: Make) -> tuple[float, float]:
+    async with make() as destination:
+        started = time.perf_counter()
+        for start in range(0, len(messages), BATCH):
+            await destination.publish(messages[start : start + BATCH])
+        client = len(messages) / (time.perf_counter() - started)
+    async with make() as destination:
+        relayed = await asyncio.to_thread(relay_rate, database_url, destination, messages)
+    return client, relayed
 
 
-def relay_rate(database_url: str, url: str, messages: list[Message]) -> float:
-    """`outbox relay` in this process (as DaemonThread runs `outbox poll`), until the stored
-    checkpoint reaches the last message."""
+def relay_rate(database_url: str, destination: Destination, messages: list[Message]) -> float:
+    """A relay in this process (as DaemonThread runs the daemon), until the stored checkpoint
+    reaches the last message."""
     name = f"relay-{uuid.uuid4().hex[:8]}"
     with psycopg.connect(database_url, autocommit=True) as conn:
         administration.create(conn, name, "relay", "start", {})
+        relay = relays.handler(destination.relay_url)
         started = time.perf_counter()
-        relay = relays.handler(url)
         with DaemonThread(database_url, [name], relay, closers=[relay.close]):
             while administration.get(conn, name).checkpoint < messages[-1].at:
                 time.sleep(0.05)
@@ -101,17 +133,91 @@ def relay_rate(database_url: str, url: str, messages: list[Message]) -> float:
     return len(messages) / elapsed
 
 
-async def nats_bench(database_url: str, messages: list[Message]) -> tuple[float, float]:
-    stream = f"BENCH_{uuid.uuid4().hex[:8]}"
-    connection = await nats.connect(f"nats://{HOST}:{PORTS['nats']}")
+# --- latency under 16 writers ----------------------------------------------------------------
+
+
+def latency(database_url: str, answering: dict[str, Make], seconds: float) -> list[Measurement]:
+    timing = load_bench.Timing(0.0, {}, sample_every=1.0, drain_timeout=30.0)
+    consumers = {DAEMON: load_bench.CONSUMERS[load_bench.ASYNC_DAEMON][1]}
+    consumers |= {f"{RELAY} to {name}": relay_consumer(make) for name, make in answering.items()}
+    with load_bench.writer_processes(database_url) as writers:
+        runs = {
+            variant: load_bench.consume_under_load(
+                database_url,
+                writers,
+                consumer,
+                f"relay-latency-{index}",
+                LATENCY_RATE,
+                timing,
+                seconds,
+            )
+            for index, (variant, consumer) in enumerate(consumers.items())
+        }
+    group = f"latency, 16 writers, {LATENCY_RATE:,.0f} msg/s"
+    measurements = []
+    for variant, run_ in runs.items():
+        p50, _, p99 = percentiles(run_.latencies)
+        baseline = None if variant == DAEMON else DAEMON
+        note = f"{run_.unhandled} not confirmed in time" if run_.unhandled else ""
+        measurements += [
+            Measurement(f"{group}, p50", variant, p50, "ms", baseline, note, False),
+            Measurement(f"{group}, p99", variant, p99, "ms", baseline, note, False),
+        ]
+    return measurements
+
+
+def relay_consumer(make: Make) -> load_bench.Consumer:
+    """The relay, recording when the broker confirmed each message (its call returned)."""
+
+    @contextlib.contextmanager
+    def consumer(url: str, publication: str, handled_at: dict[str, float]) -> Iterator[None]:
+        with psycopg.connect(url) as conn:
+            administration.create(conn, publication, publication, "start", {})
+        with held(make) as destination:
+            relay = relays.handler(destination.relay_url)
+
+            @poller.batch_handler()
+            async def confirmed(messages: list[Message]) -> Any:
+                outcomes = await relay(messages)
+                now = time.monotonic()
+                for message in messages:
+                    handled_at[message.message_id] = now
+                return outcomes
+
+            with DaemonThread(url, [publication], confirmed, closers=[relay.close]):
+                yield
+
+    return consumer
+
+
+@contextlib.contextmanager
+def held(make: Make) -> Iterator[Destination]:
+    """An async destination held open from synchronous code, on a loop of its own."""
+    loop = asyncio.new_event_loop()
+    context = make()
+    try:
+        yield loop.run_until_complete(context.__aenter__())
+    finally:
+        loop.run_until_complete(context.__aexit__(None, None, None))
+        loop.close()
+
+
+# --- the brokers -----------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def nats_stream() -> AsyncIterator[Destination]:
+    name = f"BENCH_{uuid.uuid4().hex[:8]}"
+    subject = name.lower()
+    connection = await nats.connect(f"nats://{HOST}:4222")
     jetstream = connection.jetstream()
-    await jetstream.add_stream(StreamConfig(name=stream, subjects=[f"{stream.lower()}.>"]))
+    await jetstream.add_stream(StreamConfig(name=name, subjects=[f"{subject}.>"]))
 
     async def publish(batch: list[Message]) -> None:
         await asyncio.gather(
             *(
                 jetstream.publish(
-                    f"{stream.lower()}.client",
+                    f"{subject}.client",
                     fields.payload(m),
                     headers={**fields.metadata(m), "Nats-Msg-Id": fields.message_id(m)},
                 )
@@ -119,41 +225,39 @@ async def nats_bench(database_url: str, messages: list[Message]) -> tuple[float,
             )
         )
 
-    client = await timed(publish, messages)
-    await jetstream.purge_stream(stream)
-    url = f"nats://{HOST}:{PORTS['nats']}?subject={stream.lower()}.relay"
-    relayed = await asyncio.to_thread(relay_rate, database_url, url, messages)
-    await jetstream.delete_stream(stream)
-    await connection.close()
-    return client, relayed
+    try:
+        yield Destination(f"nats://{HOST}:4222?subject={subject}.relay", publish)
+    finally:
+        await jetstream.delete_stream(name)
+        await connection.close()
 
 
-async def redis_bench(database_url: str, messages: list[Message]) -> tuple[float, float]:
+@contextlib.asynccontextmanager
+async def redis_stream() -> AsyncIterator[Destination]:
     stream = f"bench-{uuid.uuid4().hex[:8]}"
-    client = redis.asyncio.Redis(host=HOST, port=PORTS["redis"])
+    client = redis.asyncio.Redis(host=HOST, port=6379)
+    await client.xadd(stream, {"created": "by the bench"})
 
     async def publish(batch: list[Message]) -> None:
         pipeline = client.pipeline(transaction=False)
         for m in batch:
             entry: dict[Any, Any] = {"data": m.data_text, **fields.metadata(m)}
-            pipeline.xadd(f"{stream}-client", entry)
+            pipeline.xadd(stream, entry)
         await pipeline.execute()
 
-    client_rate = await timed(publish, messages)
-    await client.delete(f"{stream}-client")
-    await client.xadd(stream, {"created": "by the bench"})
-    url = f"redis://{HOST}:{PORTS['redis']}/0?stream={stream}"
-    relayed = await asyncio.to_thread(relay_rate, database_url, url, messages)
-    async for key in client.scan_iter(f"{stream}:outbox-published:*", count=10_000):
-        await client.delete(key)
-    await client.delete(stream)
-    await client.aclose()
-    return client_rate, relayed
+    try:
+        yield Destination(f"redis://{HOST}:6379/0?stream={stream}", publish)
+    finally:
+        async for key in client.scan_iter(f"{stream}:outbox-published:*", count=10_000):
+            await client.delete(key)
+        await client.delete(stream)
+        await client.aclose()
 
 
-async def rabbit_bench(database_url: str, messages: list[Message]) -> tuple[float, float]:
+@contextlib.asynccontextmanager
+async def rabbit_queue() -> AsyncIterator[Destination]:
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    connection = await aio_pika.connect(f"amqp://guest:guest@{HOST}:{PORTS['rabbitmq']}/")
+    connection = await aio_pika.connect(f"amqp://guest:guest@{HOST}:5672/")
     channel = await connection.channel(publisher_confirms=True)
     exchange = await channel.declare_exchange(name, aio_pika.ExchangeType.TOPIC, durable=True)
     queue = await channel.declare_queue(name, durable=True)
@@ -178,11 +282,11 @@ async def rabbit_bench(database_url: str, messages: list[Message]) -> tuple[floa
             )
         )
 
-    client = await timed(publish, messages)
-    await queue.purge()
-    url = f"amqp://guest:guest@{HOST}:{PORTS['rabbitmq']}/?exchange={name}&routing_key=relay"
-    relayed = await asyncio.to_thread(relay_rate, database_url, url, messages)
-    await channel.queue_delete(name)
-    await channel.exchange_delete(name)
-    await connection.close()
-    return client, relayed
+    try:
+        yield Destination(
+            f"amqp://guest:guest@{HOST}:5672/?exchange={name}&routing_key=relay", publish
+        )
+    finally:
+        await channel.queue_delete(name)
+        await channel.exchange_delete(name)
+        await connection.close()

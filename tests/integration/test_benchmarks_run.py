@@ -93,6 +93,9 @@ def test_relays_benchmark_reports_each_answering_broker_against_its_client(
     for broker in ("nats", "redis", "rabbitmq"):
         assert f"{broker}, 2,000 messages" in output
     assert "outbox relay" in output
+    assert "latency, 16 writers" in output
+    assert "daemon, async def no-op" in output
     if "not answering" not in output:
         assert output.count("plain client loop") >= 6  # each broker's row and its ratio's
-        assert len(re.findall(r"\d\.\d\dx", output)) == 3
+        # Three throughput ratios, and p50 and p99 of each relay against the daemon alone.
+        assert len(re.findall(r"\d\.\d\dx", output)) == 9
