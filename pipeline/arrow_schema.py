@@ -9,7 +9,7 @@ Both schemas are built from one list so they cannot drift.
 import pyarrow as pa
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-# name, Spark type, Arrow type, nullable: the columns of the pipeline_read_* queries, in order.
+# name, Spark type, Arrow type, nullable: the columns a query of the source sees, in order.
 _COLUMNS = (
     ("position", LongType(), pa.int64(), False),
     ("transaction_id", LongType(), pa.int64(), False),
@@ -29,14 +29,3 @@ ARROW_SCHEMA = pa.schema(
     [pa.field(name, arrow_type, nullable) for name, _, arrow_type, nullable in _COLUMNS]
 )
 COLUMN_NAMES = tuple(name for name, *_ in _COLUMNS)
-
-
-def conform(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Relabel a batch read from PostgreSQL with the declared schema (no copy).
-
-    Drivers report every column nullable and attach their own field metadata, so only names
-    and types must already match; from_arrays would not check the types itself.
-    """
-    if batch.schema.names != ARROW_SCHEMA.names or batch.schema.types != ARROW_SCHEMA.types:
-        raise TypeError(f"the read returned {batch.schema}, not the declared {ARROW_SCHEMA}")
-    return pa.RecordBatch.from_arrays(batch.columns, schema=ARROW_SCHEMA)

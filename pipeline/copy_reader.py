@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 from psycopg import sql
 
-from pipeline.arrow_schema import ARROW_SCHEMA, COLUMN_NAMES, conform
 from pipeline.csv_chunks import whole_row_pieces
 from pipeline.options import CopyDriver
 from pipeline.partitions import Slice
 from pipeline.queries import pipeline_queries
+from pipeline.wire_batches import WIRE_SCHEMA, declared_batch
 
 APPLICATION_NAME = "outbox-spark-source"
 
@@ -57,12 +57,12 @@ def read_slice(
     """
     statement = slice_statement(publication, part)
     if _chosen_driver(driver) is CopyDriver.ADBC:
-        return _read_with_adbc(conninfo, statement)
-    return _read_with_psycopg(conninfo, statement)
+        return _read_with_adbc(conninfo, statement, publication)
+    return _read_with_psycopg(conninfo, statement, publication)
 
 
 def _read_with_adbc(
-    conninfo: str, statement: sql.Composed
+    conninfo: str, statement: sql.Composed, publication: str
 ) -> Generator[pa.RecordBatch, None, None]:
     import adbc_driver_postgresql.dbapi as adbc  # optional: psycopg is the fallback
 
@@ -79,7 +79,7 @@ def _read_with_adbc(
         finished = False
         try:
             for batch in cursor.fetch_record_batch():
-                yield conform(batch)
+                yield declared_batch(batch, publication)
             finished = True
         finally:
             if not finished:
@@ -90,7 +90,7 @@ def _read_with_adbc(
 
 
 def _read_with_psycopg(
-    conninfo: str, statement: sql.Composed
+    conninfo: str, statement: sql.Composed, publication: str
 ) -> Generator[pa.RecordBatch, None, None]:
     with psycopg.connect(conninfo, autocommit=True, application_name=APPLICATION_NAME) as conn:
         # CSV renders timestamptz in the session's zone and style; Arrow reads ISO with +00.
@@ -107,15 +107,16 @@ def _read_with_psycopg(
                     convert_options=_CSV_CONVERT_OPTIONS,
                 )
                 for batch in table.to_batches():
-                    yield conform(batch)
+                    yield declared_batch(batch, publication)
 
 
 _CSV_PIECE_BYTES = 8 << 20
-_CSV_READ_OPTIONS = pa_csv.ReadOptions(column_names=list(COLUMN_NAMES))
+_CSV_READ_OPTIONS = pa_csv.ReadOptions(column_names=WIRE_SCHEMA.names)
 # Keys and ids are free text and may hold line breaks inside quotes.
 _CSV_PARSE_OPTIONS = pa_csv.ParseOptions(newlines_in_values=True)
 _CSV_CONVERT_OPTIONS = pa_csv.ConvertOptions(
-    column_types=ARROW_SCHEMA,
+    # xid8 and jsonb print as decimal and JSON text: parsed straight into the declared types.
+    column_types=WIRE_SCHEMA,
     # COPY's CSV writes NULL as an empty unquoted field and '' as "", so only the unquoted
     # empty field is a null.
     null_values=[""],

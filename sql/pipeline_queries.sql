@@ -2,7 +2,8 @@
 -- Two kinds of placeholder: %(name)s blocks run with bound parameters on the driver; {name}
 -- blocks are read through COPY, which takes no parameters, so pipeline/copy_reader.py fills
 -- them with psycopg.sql.Literal values. Every transaction_id goes in as text and is cast
--- (there is no cast from an integer to xid8) and comes out as text::bigint.
+-- (there is no cast from an integer to xid8); the driver-side queries return it as
+-- text::bigint, the slice reads as the stored xid8 (pipeline/wire_batches.py decodes it).
 
 -- pipeline_last_safe_row --
 -- The last row of a publication after a start and below the safe frontier: a batch end when no row limit applies, and the target of Trigger.AvailableNow.
@@ -65,7 +66,7 @@ ORDER BY transaction_id, position
 
 -- pipeline_read_slice --
 -- Every row of (after, until]; until was chosen below the safe frontier, so no row can still appear in the range. No ORDER BY: Spark needs none within a task, and the planner may then scan without sorting.
-SELECT {{message_columns}}
+SELECT {{source_read_columns}}
 FROM outbox.messages AS m
 WHERE m.publication_id = {publication}
   AND (m.transaction_id, m.position) > ({after_transaction_id}::text::xid8, {after_position}::bigint)
@@ -73,7 +74,7 @@ WHERE m.publication_id = {publication}
 
 -- pipeline_read_key_bucket --
 -- The rows of (after, until] whose partition key hashes to one bucket (keyless rows spread by position), in delivery order, which partitionBy=key promises per key.
-SELECT {{message_columns}}
+SELECT {{source_read_columns}}
 FROM outbox.messages AS m
 WHERE m.publication_id = {publication}
   AND (m.transaction_id, m.position) > ({after_transaction_id}::text::xid8, {after_position}::bigint)
