@@ -3,12 +3,15 @@
 Both read the same columns of the same rows into Spark's noop sink, best of a few runs after a
 warm-up: on local[2], then (full runs only) on a standalone cluster of a master and two
 one-core workers started on this machine, the executors separate JVMs. The source runs as a
-streaming query with Trigger.AvailableNow (its batch-end and split-point queries included);
-JDBC is a batch read split on `position`, with a fetch size so the driver streams instead of
-buffering each partition. Row (e) reads every row with ADBC in one process without Spark: the
-server's COPY and the Arrow build, which bound what the source can reach. The JDBC row needs
-Debian's libpostgresql-jdbc-java (/usr/share/java/postgresql.jar) and a TCP server; it is
-skipped otherwise, and nothing is downloaded.
+streaming query with Trigger.AvailableNow (its batch-end and split-point queries included) and
+as a batch read (`spark.read`, what a backfill runs); JDBC is a batch read split on
+`position`, with a fetch size so the driver streams instead of buffering each partition. Row
+(e) reads every row with ADBC in one process without Spark: the server's COPY and the Arrow
+build. Row (f) is a Python streaming source that reads one row from nowhere: what Spark costs
+per query before any source reads. The JDBC row needs the PostgreSQL JDBC driver and a TCP
+server: the jar named by OUTBOX_BENCH_JDBC_JAR, else Debian's (`apt-get install
+libpostgresql-jdbc-java` puts it at /usr/share/java/postgresql.jar). Without one, the row is
+left out with one line saying why and how to get it; nothing is downloaded.
 """
 
 import os
@@ -28,19 +31,24 @@ from outbox.positions import START, Position
 
 if TYPE_CHECKING:  # pyspark is imported only when this benchmark runs
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamReader
 
 TITLE = "Spark: reading a publication into a noop sink (local[2], standalone cluster)"
-JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+DEBIAN_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+JDBC_JAR_VARIABLE = "OUTBOX_BENCH_JDBC_JAR"
 PUBLICATION = "spark-bench"
 # The source takes the URL (with its password) from the environment of each executor.
 URL_ENVIRONMENT_VARIABLE = "OUTBOX_BENCH_SPARK_URL"
 JDBC_VARIANT = "(a) Spark JDBC batch read"
+FLOOR_VARIANT = "(f) a one-row Python streaming source, whole query"
+BATCH_VARIANT = "(g) outbox source, batch read, whole query"
 SOURCE_VARIANTS = (
     ("(b) outbox source, ADBC binary COPY", {"copyDriver": "adbc"}),
     ("(c) outbox source, psycopg CSV COPY", {"copyDriver": "psycopg"}),
     ("(d) outbox source, partitionBy=key", {"partitionBy": "key"}),
 )
 PARTITIONS = 2
+ROWS_VARIABLE = "OUTBOX_BENCH_SPARK_ROWS"  # 1M by default; 10M shows how the cost grows
 
 # The columns of the source's pipeline_read_slice query, for JDBC to read the same values.
 JDBC_TABLE = sql.SQL(
@@ -52,11 +60,14 @@ JDBC_TABLE = sql.SQL(
 
 
 def run(database_url: str, quick: bool) -> list[Measurement]:
-    rows = 20_000 if quick else 1_000_000
-    repeats = 1 if quick else 3
+    rows = 20_000 if quick else int(os.environ.get(ROWS_VARIABLE, "1000000"))
+    # Past a few million rows a run is long enough that one (after the warm-up) is telling.
+    repeats = 1 if quick or rows > 2_000_000 else 3
     insert_messages(database_url, rows)
     os.environ[URL_ENVIRONMENT_VARIABLE] = database_url  # before Spark copies the environment
-    jdbc_url, skip_reason = jdbc_location(database_url)
+    jdbc_url, jar, skip_reason = jdbc_location(database_url)
+    if skip_reason is not None:
+        print(f"skipping {JDBC_VARIANT}: {skip_reason}")
 
     from pipeline.spark_session import outbox_session
 
@@ -64,8 +75,8 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
         "spark.sql.shuffle.partitions": str(PARTITIONS),
         "spark.ui.showConsoleProgress": "false",
     }
-    if skip_reason is None:
-        config["spark.jars"] = str(JDBC_JAR)
+    if jar is not None:
+        config["spark.jars"] = str(jar)
     measurements = [read_outside_spark(database_url, rows)]
     measurements += measure(
         outbox_session("local[2]", app_name="outbox-spark-bench", config=config),
@@ -159,8 +170,12 @@ def measure(
         if jdbc_url is not None:
             seconds, _ = best_of(repeats, partial(read_with_jdbc, spark, jdbc_url, database_url))
             measurements.append(Measurement(group, JDBC_VARIANT, rows / seconds, "rows/s"))
-        else:
-            print(f"skipping {JDBC_VARIANT}: {skip_reason}")
+        measurements.append(floor_of_a_python_stream(spark, group, repeats))
+        seconds, _ = best_of(repeats, partial(read_as_batch, spark))
+        note = f"spark.read.format('outbox'), a backfill; numPartitions={PARTITIONS}"
+        measurements.append(
+            Measurement(group, BATCH_VARIANT, rows / seconds, "rows/s", baseline, note=note)
+        )
         for variant, options in SOURCE_VARIANTS:
             seconds, trigger_seconds = best_of(repeats, partial(read_with_source, spark, options))
             note = f"numPartitions={PARTITIONS}; {seconds - trigger_seconds:.1f} s outside the read"
@@ -183,6 +198,22 @@ def measure(
     return measurements
 
 
+def floor_of_a_python_stream(spark: "SparkSession", group: str, repeats: int) -> Measurement:
+    """What a query of any Python streaming source costs before it reads: one row, no I/O."""
+    from bench.spark_floor_source import OneRowSource
+
+    spark.dataSource.register(OneRowSource)
+    seconds, _ = best_of(repeats, partial(run_available_now, spark.readStream.format("one-row")))
+    return Measurement(
+        group,
+        FLOOR_VARIANT,
+        seconds,
+        "s",
+        note="Spark's own cost per query of a Python source; part of every (b)-(d) row",
+        higher_is_better=False,
+    )
+
+
 def insert_messages(database_url: str, rows: int) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
@@ -198,19 +229,38 @@ def insert_messages(database_url: str, rows: int) -> None:
         conn.execute("VACUUM ANALYZE outbox.messages")
 
 
-def jdbc_location(database_url: str) -> tuple[str | None, str | None]:
-    """The JDBC URL, or why the JDBC row cannot run here."""
-    if not JDBC_JAR.exists():
-        return None, f"{JDBC_JAR} is absent (apt-get install libpostgresql-jdbc-java)"
+def jdbc_location(database_url: str) -> tuple[str | None, Path | None, str | None]:
+    """The JDBC URL and the driver's jar, or why the JDBC rows cannot run here."""
+    named = os.environ.get(JDBC_JAR_VARIABLE)
+    jar = Path(named) if named else DEBIAN_JDBC_JAR
+    if not jar.is_file():
+        where = f"{JDBC_JAR_VARIABLE}={named}" if named else str(jar)
+        return (
+            None,
+            None,
+            f"no PostgreSQL JDBC driver at {where}: apt-get install libpostgresql-jdbc-java,"
+            f" or set {JDBC_JAR_VARIABLE} to a postgresql-*.jar",
+        )
     parts = conninfo_to_dict(database_url)
     host = str(parts.get("host") or "")
     if not host or host.startswith("/"):
-        return None, "the server listens on a Unix socket only; JDBC needs TCP"
-    return f"jdbc:postgresql://{host}:{parts.get('port') or 5432}/{parts['dbname']}", None
+        return None, jar, "the server listens on a Unix socket only; JDBC needs TCP"
+    url = f"jdbc:postgresql://{host}:{parts.get('port') or 5432}/{parts['dbname']}"
+    return url, jar, None
+
+
+def jdbc_options(jdbc_url: str, database_url: str) -> dict[str, str]:
+    """Where and as whom Spark's JDBC reader connects: the server and user of the URL."""
+    parts = conninfo_to_dict(database_url)
+    return {
+        "url": jdbc_url,
+        "driver": "org.postgresql.Driver",
+        "user": str(parts.get("user", "")),
+        "password": str(parts.get("password", "")),
+    }
 
 
 def read_with_jdbc(spark: "SparkSession", jdbc_url: str, database_url: str) -> None:
-    parts = conninfo_to_dict(database_url)
     with psycopg.connect(database_url) as conn:
         bounds = conn.execute(
             "SELECT min(position), max(position) FROM outbox.messages WHERE publication_id = %s",
@@ -219,10 +269,7 @@ def read_with_jdbc(spark: "SparkSession", jdbc_url: str, database_url: str) -> N
     assert bounds is not None
     (
         spark.read.format("jdbc")
-        .option("url", jdbc_url)
-        .option("driver", "org.postgresql.Driver")
-        .option("user", str(parts.get("user", "")))
-        .option("password", str(parts.get("password", "")))
+        .options(**jdbc_options(jdbc_url, database_url))
         .option("dbtable", JDBC_TABLE.as_string(None))
         .option("partitionColumn", "position")
         .option("lowerBound", str(bounds[0]))
@@ -238,15 +285,34 @@ def read_with_jdbc(spark: "SparkSession", jdbc_url: str, database_url: str) -> N
 
 def read_with_source(spark: "SparkSession", options: dict[str, str]) -> float:
     """Run one Trigger.AvailableNow query; the seconds of the triggers that read rows."""
+    return run_available_now(
+        spark.readStream.format("outbox")
+        .option("urlEnv", URL_ENVIRONMENT_VARIABLE)
+        .option("publication", PUBLICATION)
+        .option("subscription", f"bench-{time.monotonic_ns()}")
+        .option("numPartitions", str(PARTITIONS))
+        .options(**options)
+    )
+
+
+def read_as_batch(spark: "SparkSession") -> None:
+    (
+        spark.read.format("outbox")
+        .option("urlEnv", URL_ENVIRONMENT_VARIABLE)
+        .option("publication", PUBLICATION)
+        .option("numPartitions", str(PARTITIONS))
+        .load()
+        .write.format("noop")
+        .mode("overwrite")
+        .save()
+    )
+
+
+def run_available_now(reader: "DataStreamReader") -> float:
+    """Run a Trigger.AvailableNow query into noop; the seconds of the triggers that read rows."""
     with tempfile.TemporaryDirectory() as checkpoint:
         query = (
-            spark.readStream.format("outbox")
-            .option("urlEnv", URL_ENVIRONMENT_VARIABLE)
-            .option("publication", PUBLICATION)
-            .option("subscription", f"bench-{time.monotonic_ns()}")
-            .option("numPartitions", str(PARTITIONS))
-            .options(**options)
-            .load()
+            reader.load()
             .writeStream.format("noop")
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)

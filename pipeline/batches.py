@@ -10,6 +10,8 @@ from typing import Any
 import psycopg
 
 from outbox.positions import Position
+from pipeline.options import PartitionBy
+from pipeline.partitions import Slice, key_slices, range_slices
 from pipeline.queries import pipeline_queries
 
 
@@ -46,6 +48,22 @@ def split_points(
         },
     ).fetchall()
     return [Position(*row) for row in rows]
+
+
+def slices(
+    conn: psycopg.Connection[Any],
+    publication: str,
+    after: Position,
+    until: Position,
+    count: int,
+    partition_by: PartitionBy,
+) -> list[Slice]:
+    """The tasks of `(after, until]`: `count` hash buckets of the partition key, or up to
+    `count` keyset ranges of equal row counts (asking the database where to cut)."""
+    if partition_by is PartitionBy.KEY:
+        return key_slices(after, until, count)
+    points = [] if count == 1 else split_points(conn, publication, after, until, count)
+    return range_slices(after, until, points)
 
 
 def _after(publication: str, after: Position) -> dict[str, Any]:

@@ -16,10 +16,12 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 from psycopg import sql
 
+from outbox.positions import Position
 from pipeline.csv_chunks import whole_row_pieces
 from pipeline.options import CopyDriver
 from pipeline.partitions import Slice
 from pipeline.queries import pipeline_queries
+from pipeline.retired_ranges import mark_statement, refuse_retired
 from pipeline.wire_batches import WIRE_SCHEMA, declared_batch
 
 APPLICATION_NAME = "outbox-spark-source"
@@ -49,20 +51,23 @@ def _chosen_driver(requested: CopyDriver) -> CopyDriver:
 
 
 def read_slice(
-    conninfo: str, publication: str, part: Slice, driver: CopyDriver
+    conninfo: str, publication: str, part: Slice, driver: CopyDriver, *, check_retired: bool = False
 ) -> Generator[pa.RecordBatch, None, None]:
     """Yield the slice's rows in the declared schema (in delivery order for a key bucket).
 
-    A generator, because Spark may close it early, and closing it must end the COPY.
+    A generator, because Spark may close it early, and closing it must end the COPY. With
+    `check_retired` (a batch read, which holds no subscription row back), the slice ends by
+    raising RetiredRangeError if retention dropped rows of it (pipeline/retired_ranges.py).
     """
     statement = slice_statement(publication, part)
+    after = part.after if check_retired else None
     if _chosen_driver(driver) is CopyDriver.ADBC:
-        return _read_with_adbc(conninfo, statement, publication)
-    return _read_with_psycopg(conninfo, statement, publication)
+        return _read_with_adbc(conninfo, statement, publication, after)
+    return _read_with_psycopg(conninfo, statement, publication, after)
 
 
 def _read_with_adbc(
-    conninfo: str, statement: sql.Composed, publication: str
+    conninfo: str, statement: sql.Composed, publication: str, checked_after: Position | None
 ) -> Generator[pa.RecordBatch, None, None]:
     import adbc_driver_postgresql.dbapi as adbc  # optional: psycopg is the fallback
 
@@ -87,10 +92,13 @@ def _read_with_adbc(
                 # backend only when it next sends, which a key bucket's scan, filtering out
                 # most rows, may not do for long: cancel so the server stops at once.
                 cursor.adbc_cancel()
+        if checked_after is not None:
+            cursor.execute(mark_statement(publication).as_string(None))
+            refuse_retired(publication, checked_after, cursor.fetchone())
 
 
 def _read_with_psycopg(
-    conninfo: str, statement: sql.Composed, publication: str
+    conninfo: str, statement: sql.Composed, publication: str, checked_after: Position | None
 ) -> Generator[pa.RecordBatch, None, None]:
     with psycopg.connect(conninfo, autocommit=True, application_name=APPLICATION_NAME) as conn:
         # CSV renders timestamptz in the session's zone and style; Arrow reads ISO with +00.
@@ -108,6 +116,9 @@ def _read_with_psycopg(
                 )
                 for batch in table.to_batches():
                     yield declared_batch(batch, publication)
+        if checked_after is not None:
+            mark = conn.execute(mark_statement(publication)).fetchone()
+            refuse_retired(publication, checked_after, mark)
 
 
 _CSV_PIECE_BYTES = 8 << 20

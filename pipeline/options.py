@@ -1,4 +1,5 @@
-"""The options of `spark.readStream.format("outbox")`, checked once on the driver.
+"""The options of `spark.readStream.format("outbox")` and `spark.read.format("outbox")`,
+checked once on the driver.
 
 Options appear in query plans, logs and the Spark UI, so none may carry a password: the
 database is a password-less `url` (libpq then takes the password from PGPASSWORD or a .pgpass
@@ -20,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from outbox.database_url import mask_password
 from outbox.names import DATABASE_URL_VARIABLE, MAX_NAME_LENGTH
-from outbox.positions import Position
+from outbox.positions import START, Position
 from pipeline.offsets import position_of
 
 Choice = TypeVar("Choice", bound=StrEnum)
@@ -79,43 +80,79 @@ class SourceOptions:
     copy_driver: CopyDriver = CopyDriver.AUTO
 
 
-# Spark hands options over case-insensitively (lower-cased); errors use the documented spelling.
-_KNOWN = {
-    name.lower(): name
-    for name in (
-        "publication",
-        "subscription",
-        "url",
-        "urlEnv",
-        "urlFile",
-        "startingOffsets",
-        "maxRowsPerBatch",
-        "numPartitions",
-        "partitionBy",
-        "copyDriver",
-    )
-}
+@dataclasses.dataclass(frozen=True)
+class BatchOptions:
+    """A batch read of `(start, end]`; `end` None is the last safe row when it is planned."""
+
+    publication: str
+    database: DatabaseLocation
+    start: Position
+    end: Position | None = None
+    num_partitions: int = 1
+    partition_by: PartitionBy = PartitionBy.RANGE
+    copy_driver: CopyDriver = CopyDriver.AUTO
+
+
+_COMMON = ("publication", "url", "urlEnv", "urlFile", "numPartitions", "partitionBy", "copyDriver")
+_STREAM_ONLY = ("subscription", "startingOffsets", "maxRowsPerBatch")
+_BATCH_ONLY = ("startingOffsets", "endingOffsets")
 
 
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
-    values = {key.lower(): value for key, value in options.items()}
-    unknown = sorted(set(values) - set(_KNOWN))
-    if unknown:
-        raise OptionError(
-            f"unknown option(s) {', '.join(unknown)}; the outbox source takes"
-            f" {', '.join(sorted(_KNOWN.values()))}"
-        )
-    num_partitions = _positive_integer(values, "numPartitions")
+    values = _known_values(options, (*_COMMON, *_STREAM_ONLY), "a streaming query")
     return SourceOptions(
         publication=_identifier(values, "publication"),
         subscription=_identifier(values, "subscription"),
         database=_database(values),
         starting_offsets=_starting_offsets(values.get("startingoffsets", "earliest")),
         max_rows_per_batch=_positive_integer(values, "maxRowsPerBatch"),
-        num_partitions=1 if num_partitions is None else num_partitions,
+        num_partitions=_positive_integer(values, "numPartitions") or 1,
         partition_by=_choice(values, "partitionBy", PartitionBy, PartitionBy.RANGE),
         copy_driver=_choice(values, "copyDriver", CopyDriver, CopyDriver.AUTO),
     )
+
+
+def parse_batch_options(options: Mapping[str, str]) -> BatchOptions:
+    """A batch read keeps no progress, so it takes no subscription, and ends where it says."""
+    values = _known_values(options, (*_COMMON, *_BATCH_ONLY), "a batch read")
+    return BatchOptions(
+        publication=_identifier(values, "publication"),
+        database=_database(values),
+        start=_offset_option(values, "startingOffsets", "earliest") or START,
+        end=_offset_option(values, "endingOffsets", "latest"),
+        num_partitions=_positive_integer(values, "numPartitions") or 1,
+        partition_by=_choice(values, "partitionBy", PartitionBy, PartitionBy.RANGE),
+        copy_driver=_choice(values, "copyDriver", CopyDriver, CopyDriver.AUTO),
+    )
+
+
+def check_options(options: Mapping[str, str]) -> None:
+    """At load(), before Spark says which read it is: the options must make one of the two.
+
+    A failing set is reported for the read it looks like: a stream names its subscription.
+    """
+    try:
+        parse_source_options(options)
+    except OptionError as stream_error:
+        try:
+            parse_batch_options(options)
+        except OptionError as batch_error:
+            named_subscription = any(key.lower() == "subscription" for key in options)
+            raise (stream_error if named_subscription else batch_error) from None
+
+
+def _known_values(options: Mapping[str, str], known: tuple[str, ...], mode: str) -> dict[str, str]:
+    """The options by lower-cased name (as Spark hands them over), any unknown one refused
+    in its documented spelling."""
+    spelling = {name.lower(): name for name in known}
+    values = {key.lower(): value for key, value in options.items()}
+    unknown = sorted(set(values) - set(spelling))
+    if unknown:
+        raise OptionError(
+            f"unknown option(s) {', '.join(unknown)} for {mode}; the outbox source takes"
+            f" {', '.join(sorted(known))} there"
+        )
+    return values
 
 
 def refuse_password(url: str, option: str) -> str:
@@ -194,13 +231,23 @@ def _starting_offsets(text: str) -> StartingOffsets:
         return "earliest"
     if text == "latest":
         return "latest"
+    return _position(text, "startingOffsets", ("earliest", "latest"))
+
+
+def _offset_option(values: Mapping[str, str], name: str, word: str) -> Position | None:
+    """The position an option names, or None for its one word (its default)."""
+    text = values.get(name.lower(), word)
+    return None if text == word else _position(text, name, (word,))
+
+
+def _position(text: str, name: str, words: tuple[str, ...]) -> Position:
     try:
         if text.lstrip().startswith("{"):
             return position_of(json.loads(text))
         return Position.parse(text)
     except ValueError as error:  # OffsetError and malformed JSON included
         raise OptionError(
-            f"option startingOffsets must be earliest, latest, an offset"
+            f"option {name} must be {', '.join(words)}, an offset"
             f' {{"tx": TX, "pos": POS}} or TX:POS, got {text!r} ({error})'
         ) from None
 

@@ -23,10 +23,17 @@ from pyspark.sql.types import StructType
 from outbox.positions import START, Position
 from pipeline import batches, progress
 from pipeline.arrow_schema import SPARK_SCHEMA
+from pipeline.batch_reader import OutboxBatchReader
 from pipeline.copy_reader import APPLICATION_NAME, read_slice
 from pipeline.offsets import next_end, offset_of, position_of
-from pipeline.options import OptionError, PartitionBy, SourceOptions, parse_source_options
-from pipeline.partitions import Slice, key_slices, range_slices
+from pipeline.options import (
+    OptionError,
+    SourceOptions,
+    check_options,
+    parse_batch_options,
+    parse_source_options,
+)
+from pipeline.partitions import Slice
 
 
 class OutboxDataSource(DataSource):
@@ -39,16 +46,17 @@ class OutboxDataSource(DataSource):
     def schema(self) -> StructType:
         # Spark asks for the schema at load(): checking the options here reports a mistake
         # there, not at the first trigger.
-        parse_source_options(self.options)
+        check_options(self.options)
         return SPARK_SCHEMA
 
     def streamReader(self, schema: StructType) -> "OutboxStreamReader":  # noqa: N802
-        if schema != SPARK_SCHEMA:
-            raise OptionError(
-                f"the outbox source has a fixed schema, {SPARK_SCHEMA.simpleString()};"
-                f" do not pass .schema(...) (got {schema.simpleString()})"
-            )
+        _refuse_another_schema(schema)
         return OutboxStreamReader(parse_source_options(self.options))
+
+    def reader(self, schema: StructType) -> OutboxBatchReader:
+        """`spark.read.format("outbox")`: the rows of a range, once (a backfill)."""
+        _refuse_another_schema(schema)
+        return OutboxBatchReader(parse_batch_options(self.options))
 
 
 class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -98,16 +106,15 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         after, until = position_of(start), position_of(end)
         if after == until:
             return []
-        count = self.options.num_partitions
-        if self.options.partition_by is PartitionBy.KEY:
-            slices = key_slices(after, until, count)
-        elif count == 1:
-            slices = range_slices(after, until, [])
-        else:
-            points = batches.split_points(
-                self._conn(), self.options.publication, after, until, count
-            )
-            slices = range_slices(after, until, points)
+        options = self.options
+        slices = batches.slices(
+            self._conn(),
+            options.publication,
+            after,
+            until,
+            options.num_partitions,
+            options.partition_by,
+        )
         return [InputPartition(part) for part in slices]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -139,6 +146,14 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 application_name=APPLICATION_NAME,
             )
         return self._connection
+
+
+def _refuse_another_schema(schema: StructType) -> None:
+    if schema != SPARK_SCHEMA:
+        raise OptionError(
+            f"the outbox source has a fixed schema, {SPARK_SCHEMA.simpleString()};"
+            f" do not pass .schema(...) (got {schema.simpleString()})"
+        )
 
 
 def _row_limit(limit: ReadLimit) -> int | None:

@@ -114,3 +114,8 @@ RETURNING s.subscription_id
 SELECT publication_id, settings ->> 'kind' AS kind
 FROM outbox.subscriptions
 WHERE subscription_id = %(subscription)s
+
+-- pipeline_retired_up_to --
+-- A publication's retired-up-to mark (the last message retention dropped, in delivery order), checked by a batch read, which holds no subscription row back: before planning, and by each slice after its COPY.
+SELECT transaction_id::text::bigint AS transaction_id, position FROM outbox.retired_positions
+WHERE publication_id = {publication}

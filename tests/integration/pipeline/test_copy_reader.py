@@ -14,7 +14,8 @@ from pipeline.arrow_schema import ARROW_SCHEMA
 from pipeline.copy_reader import APPLICATION_NAME, read_slice
 from pipeline.options import CopyDriver
 from pipeline.partitions import Slice, key_slices
-from tests.integration.pipeline.writes import append_in_transaction
+from pipeline.retired_ranges import RetiredRangeError
+from tests.integration.pipeline.writes import append_committed, append_in_transaction
 
 DRIVERS = [CopyDriver.ADBC, CopyDriver.PSYCOPG]
 
@@ -120,3 +121,26 @@ def test_stopping_early_ends_the_copy_on_the_server(database_url: str, driver: C
         while our_active_backends(conn) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert our_active_backends(conn) == 0
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_checked_slice_fails_once_read_if_retention_dropped_rows_of_it(
+    database_url: str, driver: CopyDriver
+) -> None:
+    # What a batch read's task finds when a retirement commits between planning and its COPY:
+    # the rows are gone, and only the mark, raised in the same transaction, says so.
+    rows = append_committed(database_url, "orders", 3)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO outbox.retired_positions (publication_id, transaction_id, position)"
+            " VALUES ('orders', %s::text::xid8, %s)",
+            [str(rows[0].transaction_id), rows[0].position],
+        )
+    whole = Slice(START, rows[-1])
+
+    assert read_table(database_url, "orders", whole, driver).num_rows == 3  # a stream's read
+    with pytest.raises(RetiredRangeError, match=f"up to {rows[0]}, after the read's start"):
+        list(read_slice(database_url, "orders", whole, driver, check_retired=True))
+    after_mark = Slice(rows[0], rows[-1])
+    checked = list(read_slice(database_url, "orders", after_mark, driver, check_retired=True))
+    assert sum(batch.num_rows for batch in checked) == 2
