@@ -44,18 +44,17 @@ def test_consecutive_backfills_read_every_commit_once_whatever_the_commit_order(
         later = append_committed(database_url, "orders", 4)  # commits first, read later
         wait_until_quiet(database_url, but=long_transaction)
 
-        first = offsets_read(batch_read(spark, source_url, "orders", numPartitions="2"))
+        first_frame = batch_read(spark, source_url, "orders", numPartitions="2")
+        first = offsets_read(first_frame)
         assert first == Counter(before)  # `later` waits behind the open transaction
+        # Where the next read starts, as pipeline/README.md shows: the last row read.
+        last = first_frame.selectExpr("max(struct(transaction_id, position)) AS end").first()
         long_transaction.commit()
     wait_until_quiet(database_url)
 
-    # The next backfill starts where the first one ended: its last row.
-    end = max(first)
-    second = offsets_read(
-        batch_read(
-            spark, source_url, "orders", startingOffsets=f"{end.transaction_id}:{end.position}"
-        )
-    )
+    assert last is not None
+    start = f"{last.end.transaction_id}:{last.end.position}"
+    second = offsets_read(batch_read(spark, source_url, "orders", startingOffsets=start))
 
     assert first + second == Counter(before + held + later)
 
