@@ -23,6 +23,7 @@ from pipeline.partitions import Slice
 from pipeline.queries import pipeline_queries
 from pipeline.retired_ranges import mark_statement, refuse_retired
 from pipeline.wire_batches import WIRE_SCHEMA, declared_batch
+from pipeline.worker_connections import adbc_connection
 
 APPLICATION_NAME = "outbox-spark-source"
 
@@ -69,16 +70,13 @@ def read_slice(
 def _read_with_adbc(
     conninfo: str, statement: sql.Composed, publication: str, checked_after: Position | None
 ) -> Generator[pa.RecordBatch, None, None]:
-    import adbc_driver_postgresql.dbapi as adbc  # optional: psycopg is the fallback
-
     # Without a connection, as_string writes backslashes in E'...' strings, valid whatever
     # the server's standard_conforming_strings.
     text = statement.as_string(None)
-    connection = adbc.connect(
-        psycopg.conninfo.make_conninfo(conninfo, application_name=APPLICATION_NAME),
-        autocommit=True,
-    )
-    with connection, connection.cursor() as cursor:
+    with (
+        adbc_connection(conninfo, APPLICATION_NAME) as connection,
+        connection.cursor() as cursor,
+    ):
         # Without parameters the driver runs COPY (...) TO STDOUT (FORMAT binary).
         cursor.execute(text)
         finished = False

@@ -87,14 +87,13 @@ def test_key_buckets_keep_each_key_in_one_bucket_in_delivery_order(
     assert len(set().union(*buckets_of_key.values())) > 1  # the keys did spread
 
 
-def our_active_backends(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+def our_backends(conn: psycopg.Connection[Any]) -> list[int]:
+    rows = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
         " AND datname = current_database()",
         [APPLICATION_NAME],
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
+    ).fetchall()
+    return [pid for (pid,) in rows]
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
@@ -113,14 +112,14 @@ def test_stopping_early_ends_the_copy_on_the_server(database_url: str, driver: C
         batches = read_slice(database_url, "big", Slice(START, Position(*end)), driver)
         first = next(batches)
         assert 0 < first.num_rows < 200000  # the rest is still on its way
-        assert our_active_backends(conn) == 1
+        assert len(our_backends(conn)) == 1
 
         batches.close()  # what Spark does when a task stops consuming
 
         deadline = time.monotonic() + 5
-        while our_active_backends(conn) and time.monotonic() < deadline:
+        while our_backends(conn) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert our_active_backends(conn) == 0
+        assert our_backends(conn) == []  # cancelled, and not kept
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
@@ -144,3 +143,28 @@ def test_a_checked_slice_fails_once_read_if_retention_dropped_rows_of_it(
     after_mark = Slice(rows[0], rows[-1])
     checked = list(read_slice(database_url, "orders", after_mark, driver, check_retired=True))
     assert sum(batch.num_rows for batch in checked) == 2
+
+
+def test_a_worker_keeps_its_connection_for_the_next_task_and_replaces_a_dead_one(
+    database_url: str,
+) -> None:
+    # ADBC's connect costs ~40 ms, which every task of every trigger would pay.
+    rows = append_committed(database_url, "orders", 2)
+    whole = Slice(START, rows[-1])
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert read_table(database_url, "orders", whole, CopyDriver.ADBC).num_rows == 2
+        kept = our_backends(conn)
+        assert len(kept) == 1  # idle between tasks, in no transaction
+        state = conn.execute(
+            "SELECT state, backend_xmin FROM pg_stat_activity WHERE pid = %s", kept
+        ).fetchone()
+        assert state == ("idle", None)
+
+        assert read_table(database_url, "orders", whole, CopyDriver.ADBC).num_rows == 2
+        assert our_backends(conn) == kept
+
+        conn.execute("SELECT pg_terminate_backend(%s)", kept)  # a restart, an idle timeout
+        assert read_table(database_url, "orders", whole, CopyDriver.ADBC).num_rows == 2
+        replaced = our_backends(conn)
+        assert len(replaced) == 1
+        assert replaced != kept
