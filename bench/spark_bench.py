@@ -28,6 +28,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from bench.common import Measurement
 from outbox.positions import START, Position
+from poller.daemon.options import DaemonOptions
 
 if TYPE_CHECKING:  # pyspark is imported only when this benchmark runs
     from pyspark.sql import SparkSession
@@ -216,6 +217,9 @@ def floor_of_a_python_stream(spark: "SparkSession", group: str, repeats: int) ->
 
 def insert_messages(database_url: str, rows: int) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
+        # Partitions for every row, as the daemon's maintenance would have made them by then.
+        size = DaemonOptions().partition_size
+        conn.execute("SELECT outbox.create_message_partitions(%s, %s)", [size, rows // size + 1])
         conn.execute(
             "INSERT INTO outbox.messages"
             " (publication_id, message_id, message_type, partition_key, data)"
