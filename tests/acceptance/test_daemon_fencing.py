@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from tests.support.daemons import DaemonGroup, daemon_group, wait_until
+from tests.support.databases import probe
 from tests.support.keyed_handler import create_deliveries_table, handler_intervals
 from tests.support.stored import (
     create_subscription,
@@ -28,6 +29,13 @@ TERMINATIONS = 5
 # Which process wins a takeover is a race (the cut leader retakes its own lease as soon as its
 # handlers are quiet); rounds go on until both processes have run handlers, up to this many.
 MAX_TERMINATIONS = 30
+# Messages not yet acked at the start of every round: more than a leader buffers (buffer_size,
+# 1,000 by default) plus what it handles in the round's second, so each cut leader holds a
+# full buffer, as it did with the 4,500 written up front. Those were 4,500 because a run may
+# take many rounds; the usual five used ~600 of them and the test then spent ~40 s draining
+# the rest after the last cut. Topping up before each round keeps every cut as loaded and
+# leaves ~1,500 to drain.
+BACKLOG = 1500
 
 
 @pytest.fixture
@@ -46,6 +54,20 @@ def terminate_sessions_of(url: str, holder: str) -> int:
     return len(rows)
 
 
+def unacked(url: str) -> int:
+    """Committed messages without an acked delivery yet (waiting, buffered or in flight)."""
+    row = (
+        probe(url)
+        .execute(
+            "SELECT (SELECT count(*) FROM outbox.messages)"
+            " - (SELECT count(DISTINCT position) FROM deliveries WHERE outcome = 'ack')"
+        )
+        .fetchone()
+    )
+    assert row is not None
+    return int(row[0])
+
+
 @pytest.mark.slow
 def test_terminated_leader_sessions_never_leave_a_key_in_two_processes(
     database_url: str, daemons: DaemonGroup
@@ -53,7 +75,7 @@ def test_terminated_leader_sessions_never_leave_a_key_in_two_processes(
     create_subscription(
         database_url, "cg", "orders", strategy="pinned", consumers=8, max_retry_count=50
     )
-    write_keyed_messages(database_url, "orders", 4500, keys=40, seed=11)
+    write_keyed_messages(database_url, "orders", BACKLOG, keys=40, seed=11)
     options = ("--lease-seconds", "2", "--standby-poll", "0.05")
     for _ in range(2):
         daemons.start("cg", *options, handler=SLOW_HANDLER)
@@ -65,6 +87,8 @@ def test_terminated_leader_sessions_never_leave_a_key_in_two_processes(
         assert round_number < MAX_TERMINATIONS, (
             f"only process {handler_pids} ran handlers after {round_number} terminations"
         )
+        if (missing := BACKLOG - unacked(database_url)) > 0:
+            write_keyed_messages(database_url, "orders", missing, keys=40, seed=12 + round_number)
         leader = wait_until(lambda: current_leader(database_url, "cg"), 30, "a leader")
         # Let the term fill its buffer and run handlers, then cut its sessions mid-stream.
         time.sleep(1.0)

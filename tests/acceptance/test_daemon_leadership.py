@@ -36,10 +36,12 @@ from tests.support.writers import (
     ContinuousWriter,
 )
 
-# A long lease: a leader starved of CPU on a busy machine keeps it between renewals, and a
-# takeover before it expired can only come from noticing that the killed leader's session is
-# gone (its deliveries then wait out that lease).
-LONG_LEASE = ("--lease-seconds", "8")
+# The daemon's default lease (8 s before: every second of it is a second the test waits for
+# the takeover). A takeover before it expired can only come from noticing that the killed
+# leader's session is gone (its deliveries then wait out that lease), and the standby polls
+# every 0.5 s, so 4 s still tells a takeover at once from one at the lease's end.
+LEASE_SECONDS = 4
+LONG_LEASE = ("--lease-seconds", str(LEASE_SECONDS))
 # Checkpoints written often, so that a takeover has something recent to resume from.
 FREQUENT_CHECKPOINTS = {"checkpoint_after": 0.2, "min_checkpoint_count": 1}
 
@@ -82,7 +84,9 @@ def test_one_of_two_daemons_delivers_and_the_standby_replaces_a_killed_leader_af
     # The lease is taken at once (the killed leader's session is gone), but deliveries wait
     # until that lease has run out: a leader cut off rather than killed may still be starting
     # deliveries until then (poller/daemon/self_fence.py). So: at most one lease, plus a poll.
-    assert takeover < 8 + 3, f"the standby delivered {takeover:.2f} s after the leader was killed"
+    assert takeover < LEASE_SECONDS + 3, (
+        f"the standby delivered {takeover:.2f} s after the leader was killed"
+    )
     assert taken is not None
     assert taken.pid == second.pid
     assert taken.token == killed_lease.token + 1

@@ -64,6 +64,12 @@ class TcpProxy:
                 client.close()
                 continue
             upstream.settimeout(None)
+            # No Nagle on either leg: a pipe that holds a small write back until the previous
+            # one is acknowledged (delayed ACKs: 40 ms) caps a client that pipelines small
+            # publishes and waits for their confirms at ~100 messages a second, which made
+            # the relay fault tests wait minutes for the broker to catch up.
+            for end in (client, upstream):
+                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._sockets += [client, upstream]
             for source, sink in ((client, upstream), (upstream, client)):
