@@ -6,16 +6,18 @@ the SQL lives in the store.
 
 import datetime
 import logging
+import shlex
 from typing import Any, NamedTuple
 
 import psycopg
 
 from outbox.messages import check_name
 from outbox.positions import MAX_PART, START, Position, at_frontier
+from outbox.shards import MAX_SHARDS
 from poller.message import Message
 from poller.store.admin_store import AdminStore
 from poller.store.message_reads import message_from_row, safe_frontier
-from poller.store.records import Blocker, SkipRequest, SubscriptionRecord, settings_from_stored
+from poller.store.records import SkipRequest, SubscriptionRecord, settings_from_stored
 from poller.store.retired_positions import lock_against_retirement, retired_up_to
 
 log = logging.getLogger(__name__)
@@ -66,20 +68,32 @@ def resolve_start(conn: psycopg.Connection[Any], start: str, option: str = "--fr
     return at
 
 
+def check_shard_count(shards: int) -> None:
+    if not 1 <= shards <= MAX_SHARDS:
+        raise SubscriptionError(f"--shards {shards} is not a shard count from 1 to {MAX_SHARDS}")
+
+
 def create(
     conn: psycopg.Connection[Any],
     name: str,
     publication: str,
     start: str,
     settings: dict[str, Any],
+    shards: int = 1,
 ) -> Position:
+    """A subscription of `shards` shards (one: plain, its checkpoint in its own row alone),
+    every shard starting after the same checkpoint."""
     check_name("subscription", name)
     check_name("publication", publication)
+    check_shard_count(shards)
     settings_from_stored(settings)  # refuse bad settings before storing them
     with conn.transaction():  # the mark's check and the insert, under one lock (_not_retired)
         at = _not_retired(conn, publication, resolve_start(conn, start), _typed("--from", start))
-        if not AdminStore(conn).insert_subscription(name, publication, at, settings):
+        store = AdminStore(conn)
+        if not store.insert_subscription(name, publication, at, settings, shards):
             raise SubscriptionError(f"subscription {quoted(name)} already exists")
+        if shards > 1:
+            store.insert_shards(name, shards, at)
     return at
 
 
@@ -103,6 +117,31 @@ def get(conn: psycopg.Connection[Any], name: str) -> SubscriptionRecord:
 
 def list_all(conn: psycopg.Connection[Any]) -> list[SubscriptionRecord]:
     return AdminStore(conn).subscriptions()
+
+
+def locked(conn: psycopg.Connection[Any], name: str) -> SubscriptionRecord:
+    """The subscription, its row locked until the caller's transaction ends: changes of its
+    shard layout (a change of the count, a seek, the daemon's end of a drain) queue up."""
+    record = AdminStore(conn).lock_subscription(_checked_lookup(name))
+    if record is None:
+        raise _missing(name)
+    return record
+
+
+def refuse_while_draining(record: SubscriptionRecord, refused: str) -> None:
+    """While a change of the shard count drains, its layout must hold still: a seek would move
+    the old shards back behind the barrier while new ones may already run after it, and a
+    second change would need a barrier of its own before this one's has been reached."""
+    layout = record.layout
+    if layout.draining_shard_count is None:
+        return
+    name = record.subscription_id
+    raise SubscriptionError(
+        f"{refused}: a change of {quoted(name)} to {layout.shard_count} shards is still"
+        f" draining (its {layout.draining_shard_count} old shards deliver up to"
+        f" {layout.barrier}); see it with `outbox subscription show {shlex.quote(name)}`"
+        " and try again once it has ended"
+    )
 
 
 def delete(conn: psycopg.Connection[Any], name: str) -> None:
@@ -210,9 +249,12 @@ def _seek_not_retired(
 
 
 def _seek_at(conn: psycopg.Connection[Any], name: str, at: Position) -> tuple[Position, int]:
-    epoch = AdminStore(conn).seek(_checked_lookup(name), at)
-    if epoch is None:
-        raise _missing(name)
+    """Every shard moves with the subscription's row, under its lock (see `locked`)."""
+    refuse_while_draining(locked(conn, name), f"cannot seek {quoted(name)}")
+    store = AdminStore(conn)
+    epoch = store.seek(name, at)
+    assert epoch is not None  # the row is locked: it cannot have gone
+    store.seek_shards(name, at)
     return at, epoch
 
 
@@ -277,6 +319,8 @@ class ParkedRow(NamedTuple):
     attempts: int
     last_error: str
     parked_at: datetime.datetime
+    shard: int
+    """The message's shard under the current shard count (0 for a plain subscription)."""
 
 
 class ParkedMessage(NamedTuple):
@@ -338,46 +382,3 @@ def find_message(
 
 def delete_publication_messages(conn: psycopg.Connection[Any], publication: str) -> int:
     return AdminStore(conn).delete_publication_messages(publication)
-
-
-class SubscriptionStatus(NamedTuple):
-    subscription: str
-    publication: str
-    checkpoint: Position
-    messages_behind: int
-    oldest_undelivered_age: float | None
-    leader_host: str | None
-    leader_pid: int | None
-    leader_since: datetime.datetime | None
-    leader_alive: bool
-    # Committed messages the frontier still hides, and who holds it back (empty when the
-    # holders are not visible to this user).
-    hidden: bool
-    blockers: list[Blocker]
-    destination_unavailable: str | None
-    """Why the leader's handler cannot deliver now (a relay's broker is down), if it cannot."""
-
-
-def status(conn: psycopg.Connection[Any]) -> list[SubscriptionStatus]:
-    store = AdminStore(conn)
-    result = []
-    for row in store.status():
-        name, publication, tx, pos, behind, age, host, pid, since, alive, hidden_tx, problem = row
-        blockers = [] if hidden_tx is None else store.blockers_before(hidden_tx)
-        result.append(
-            SubscriptionStatus(
-                name,
-                publication,
-                Position(tx, pos),
-                behind,
-                age,
-                host,
-                pid,
-                since,
-                alive,
-                hidden_tx is not None,
-                [Blocker(*blocker) for blocker in blockers],
-                problem,
-            )
-        )
-    return result

@@ -81,23 +81,29 @@ SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,
 FROM pg_current_snapshot() AS s
 
 -- create_subscription --
--- Creates a subscription starting after the given checkpoint; returns nothing if the name is taken.
+-- Creates a subscription of some shards starting after the given checkpoint (a sharded one's shard rows are inserted next, in the same transaction); returns nothing if the name is taken.
 INSERT INTO outbox.subscriptions
-    (subscription_id, publication_id, last_processed_transaction_id, last_processed_position, settings)
-VALUES (%(subscription)s, %(publication)s, %(transaction_id)s::text::xid8, %(position)s, %(settings)s::jsonb)
+    (subscription_id, publication_id, last_processed_transaction_id, last_processed_position, settings,
+     shard_count)
+VALUES (%(subscription)s, %(publication)s, %(transaction_id)s::text::xid8, %(position)s, %(settings)s::jsonb,
+        %(shard_count)s)
 ON CONFLICT (subscription_id) DO NOTHING
 RETURNING subscription_id
 
 -- get_subscription --
--- One subscription's publication, checkpoint, epoch and settings.
+-- One subscription's publication, checkpoint, epoch, settings and shard layout.
 SELECT subscription_id, publication_id, last_processed_transaction_id::text::bigint,
-       last_processed_position, epoch, settings, replay_requests
+       last_processed_position, epoch, settings, replay_requests,
+       shard_count, draining_shard_count,
+       shard_barrier_transaction_id::text::bigint, shard_barrier_position
 FROM outbox.subscriptions WHERE subscription_id = %(subscription)s
 
 -- list_subscriptions --
--- Every subscription, by name.
+-- Every subscription, by name, with get_subscription's columns.
 SELECT subscription_id, publication_id, last_processed_transaction_id::text::bigint,
-       last_processed_position, epoch, settings, replay_requests
+       last_processed_position, epoch, settings, replay_requests,
+       shard_count, draining_shard_count,
+       shard_barrier_transaction_id::text::bigint, shard_barrier_position
 FROM outbox.subscriptions ORDER BY subscription_id
 
 -- delete_subscription --
@@ -120,20 +126,24 @@ WHERE subscription_id = %(subscription)s
 RETURNING epoch
 
 -- acquire_leadership --
--- Takes the lease when it is free, expired, or its holder's session is gone; a takeover raises the fencing token. Also returns how long the previous holder's lease had left (0 if none, expired or ours), which the new leader waits out before starting deliveries (see poller/daemon/self_fence.py).
+-- Takes a shard's lease (a plain subscription's one lease is shard 0 of 1) when it is free, expired, or its holder's session is gone; a takeover raises the fencing token. Records whether the term is bounded (its shard belongs to a draining layout). Also returns how long the previous holder's lease had left (0 if none, expired or ours), which the new leader waits out before starting deliveries (see poller/daemon/self_fence.py).
 WITH previous AS (
     -- A plain read: the statement's snapshot holds the row as it was before this takeover
     -- (FOR UPDATE would follow the update chain to this statement's own new version).
     SELECT holder, expires_at FROM outbox.subscription_leaders
     WHERE subscription_id = %(subscription)s
+      AND shard_count = %(shard_count)s AND shard = %(shard)s
 )
 INSERT INTO outbox.subscription_leaders AS l
-    (subscription_id, token, holder, host, pid, since, expires_at)
-VALUES (%(subscription)s, 1, %(holder)s, %(host)s, %(pid)s, clock_timestamp(),
+    (subscription_id, shard_count, shard, bounded, token, holder, host, pid, since, expires_at)
+VALUES (%(subscription)s, %(shard_count)s, %(shard)s,
+        coalesce((SELECT s.draining_shard_count = %(shard_count)s FROM outbox.subscriptions AS s
+                  WHERE s.subscription_id = %(subscription)s), false),
+        1, %(holder)s, %(host)s, %(pid)s, clock_timestamp(),
         clock_timestamp() + %(ttl_seconds)s * interval '1 second')
-ON CONFLICT (subscription_id) DO UPDATE
+ON CONFLICT (subscription_id, shard_count, shard) DO UPDATE
 SET token = l.token + 1, holder = excluded.holder, host = excluded.host, pid = excluded.pid,
-    since = excluded.since, expires_at = excluded.expires_at
+    since = excluded.since, expires_at = excluded.expires_at, bounded = excluded.bounded
 WHERE l.expires_at < clock_timestamp()
    OR l.holder = excluded.holder
    OR NOT EXISTS (SELECT FROM pg_stat_activity AS a WHERE a.application_name = l.holder)
@@ -142,28 +152,38 @@ RETURNING token,
                     FROM previous AS p WHERE p.holder <> %(holder)s), 0)::float8
 
 -- renew_leadership --
--- Extends the lease if this holder still has it; returns the subscription's epoch and settings so seeks and updates are noticed.
+-- Extends the lease if this holder still has it; returns the subscription's epoch, the shard's checkpoint, settings, requests and shard layout so seeks, updates and shard-count changes are noticed.
 UPDATE outbox.subscription_leaders AS l
 SET expires_at = clock_timestamp() + %(ttl_seconds)s * interval '1 second'
 FROM outbox.subscriptions AS s
+LEFT JOIN outbox.subscription_shards AS sh
+       ON sh.subscription_id = s.subscription_id
+      AND sh.shard_count = %(shard_count)s AND sh.shard = %(shard)s
 WHERE l.subscription_id = %(subscription)s AND s.subscription_id = l.subscription_id
+  AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
   AND l.token = %(token)s AND l.holder = %(holder)s
-RETURNING s.epoch, s.last_processed_transaction_id::text::bigint, s.last_processed_position,
+RETURNING s.epoch,
+          coalesce(sh.last_processed_transaction_id, s.last_processed_transaction_id)::text::bigint,
+          coalesce(sh.last_processed_position, s.last_processed_position),
           s.settings, s.replay_requests,
-          s.skip_to_transaction_id::text::bigint, s.skip_to_position, s.skip_epoch
+          s.skip_to_transaction_id::text::bigint, s.skip_to_position, s.skip_epoch,
+          s.shard_count, s.draining_shard_count,
+          s.shard_barrier_transaction_id::text::bigint, s.shard_barrier_position
 
 -- release_leadership --
 -- Gives the lease up at shutdown so a standby takes over at once.
 DELETE FROM outbox.subscription_leaders
-WHERE subscription_id = %(subscription)s AND token = %(token)s AND holder = %(holder)s
+WHERE subscription_id = %(subscription)s AND shard_count = %(shard_count)s AND shard = %(shard)s
+  AND token = %(token)s AND holder = %(holder)s
 
 -- write_checkpoint --
--- Moves the checkpoint forward and records the leader's runtime, only for the current leader (fencing token) in the current epoch.
+-- Moves a plain subscription's checkpoint forward and records the leader's runtime, only for the current leader (fencing token) in the current epoch, and only while the subscription is plain (a change of its shard count moves checkpoints to outbox.subscription_shards).
 WITH fenced AS (
-    UPDATE outbox.subscription_leaders
+    UPDATE outbox.subscription_leaders AS l
     SET runtime = %(runtime)s::jsonb, runtime_at = clock_timestamp()
-    WHERE subscription_id = %(subscription)s AND token = %(token)s AND holder = %(holder)s
-    RETURNING subscription_id
+    WHERE l.subscription_id = %(subscription)s AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
+      AND l.token = %(token)s AND l.holder = %(holder)s
+    RETURNING l.subscription_id
 )
 UPDATE outbox.subscriptions AS s
 SET last_processed_transaction_id = %(transaction_id)s::text::xid8,
@@ -171,6 +191,7 @@ SET last_processed_transaction_id = %(transaction_id)s::text::xid8,
     updated_at = clock_timestamp()
 FROM fenced
 WHERE s.subscription_id = fenced.subscription_id AND s.epoch = %(epoch)s
+  AND s.shard_count = 1 AND s.draining_shard_count IS NULL
   AND (s.last_processed_transaction_id, s.last_processed_position)
       <= (%(transaction_id)s::text::xid8, %(position)s::bigint)
 RETURNING 1
@@ -197,7 +218,8 @@ WITH fenced AS (
     SELECT s.subscription_id
     FROM outbox.subscription_leaders AS l
     JOIN outbox.subscriptions AS s ON s.subscription_id = l.subscription_id
-    WHERE l.subscription_id = %(subscription)s AND l.token = %(token)s AND l.holder = %(holder)s
+    WHERE l.subscription_id = %(subscription)s AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
+      AND l.token = %(token)s AND l.holder = %(holder)s
       AND (%(epoch)s::bigint IS NULL OR s.epoch = %(epoch)s::bigint)
     FOR SHARE OF l, s
 )
@@ -212,8 +234,9 @@ RETURNING attempts
 -- unpark_message --
 -- Deletes a parked row once its replay was acknowledged, only for the current leader (fencing token, locked as in park_message), and only the row that replay read: if the position was parked again meanwhile (a seek re-read it and it failed again), that newer row stays.
 WITH fenced AS (
-    SELECT subscription_id FROM outbox.subscription_leaders
-    WHERE subscription_id = %(subscription)s AND token = %(token)s AND holder = %(holder)s
+    SELECT l.subscription_id FROM outbox.subscription_leaders AS l
+    WHERE l.subscription_id = %(subscription)s AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
+      AND l.token = %(token)s AND l.holder = %(holder)s
     FOR SHARE
 )
 DELETE FROM outbox.parked_messages AS p
@@ -224,17 +247,20 @@ RETURNING 1
 
 -- write_runtime --
 -- Records the leader's runtime figures (consumers, in flight, buffered...) without a checkpoint move, only for the current leader.
-UPDATE outbox.subscription_leaders
+UPDATE outbox.subscription_leaders AS l
 SET runtime = %(runtime)s::jsonb, runtime_at = clock_timestamp()
-WHERE subscription_id = %(subscription)s AND token = %(token)s AND holder = %(holder)s
+WHERE l.subscription_id = %(subscription)s AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
+  AND l.token = %(token)s AND l.holder = %(holder)s
 RETURNING 1
 
 -- list_parked --
--- A subscription's parked messages with their type and error, oldest position first.
+-- A subscription's parked messages with their type and error, oldest position first, each with its shard under the current shard count (the shard whose leader replays it).
 SELECT p.position, p.transaction_id::text::bigint, m.message_type, m.message_id, p.attempts,
-       p.last_error, p.parked_at
+       p.last_error, p.parked_at,
+       outbox.message_shard(m.partition_key, m.position, s.shard_count)
 FROM outbox.parked_messages AS p
 JOIN outbox.messages AS m ON m.position = p.position
+JOIN outbox.subscriptions AS s ON s.subscription_id = p.subscription_id
 WHERE p.subscription_id = %(subscription)s
 ORDER BY p.transaction_id, p.position
 LIMIT %(limit)s
@@ -360,6 +386,7 @@ UPDATE outbox.subscriptions AS s
 SET skip_to_transaction_id = NULL, skip_to_position = NULL, skip_epoch = NULL
 FROM outbox.subscription_leaders AS l
 WHERE s.subscription_id = %(subscription)s AND l.subscription_id = s.subscription_id
+  AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
   AND l.token = %(token)s AND l.holder = %(holder)s
   AND s.skip_to_transaction_id = %(transaction_id)s::text::xid8
   AND s.skip_to_position = %(position)s AND s.skip_epoch = %(epoch)s

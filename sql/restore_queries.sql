@@ -4,8 +4,10 @@
 -- identifier or literal composed with psycopg.sql.
 
 -- transaction_ids_ahead --
--- For one subscription: the highest transaction id its checkpoint, its publication's messages and its parked rows hold, and the next id this cluster assigns; a stored one at or above that next id came from another cluster.
-SELECT greatest(s.last_processed_transaction_id,
+-- For one subscription: the highest transaction id its checkpoint, its shards' checkpoints and barrier, its publication's messages and its parked rows hold, and the next id this cluster assigns; a stored one at or above that next id came from another cluster.
+SELECT greatest(s.last_processed_transaction_id, s.shard_barrier_transaction_id,
+                (SELECT max(sh.last_processed_transaction_id) FROM outbox.subscription_shards AS sh
+                 WHERE sh.subscription_id = s.subscription_id),
                 (SELECT max(m.transaction_id) FROM outbox.messages AS m
                  WHERE m.publication_id = s.publication_id),
                 (SELECT max(p.transaction_id) FROM outbox.parked_messages AS p
@@ -19,7 +21,7 @@ WHERE s.subscription_id = %(subscription)s
 LOCK TABLE {table} IN EXCLUSIVE MODE
 
 -- rebase_xid_columns --
--- Every stored transaction id column of the outbox besides messages.transaction_id: checkpoints, parked rows, consumer positions, and whatever a later migration adds.
+-- Every stored transaction id column of the outbox besides messages.transaction_id: checkpoints (the subscriptions' and their shards'), shard barriers, parked rows, consumer positions, and whatever a later migration adds.
 SELECT c.relname::text, a.attname::text
 FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid
 WHERE c.relnamespace = 'outbox'::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
@@ -28,12 +30,12 @@ WHERE c.relnamespace = 'outbox'::regnamespace AND c.relkind IN ('r', 'p') AND NO
 ORDER BY 1, 2
 
 -- rebase_live_leaders --
--- The subscriptions a daemon leads right now (lease not expired, holder still connected), which a rebase must not run under.
-SELECT l.subscription_id, l.host, l.pid
+-- The subscriptions, and their shards, a daemon leads right now (lease not expired, holder still connected), which a rebase must not run under.
+SELECT l.subscription_id, l.shard_count, l.shard, l.host, l.pid
 FROM outbox.subscription_leaders AS l
 WHERE l.expires_at > clock_timestamp()
   AND EXISTS (SELECT FROM pg_stat_activity AS a WHERE a.application_name = l.holder)
-ORDER BY l.subscription_id
+ORDER BY l.subscription_id, l.shard_count, l.shard
 
 -- rebase_last_restored_position --
 -- The last position a restore wrote. A row written here holds in xmin its transaction's id, or in a subtransaction (SAVEPOINT, an EXCEPTION block) the subtransaction's, which is assigned after its transaction's: never an id older than its transaction_id. So a row whose xmin is older proves its writer (one restoring COPY) a restore, and every row that writer wrote was restored; positions continue after the restored ones, so every later row was written here.
@@ -47,12 +49,12 @@ SELECT coalesce(max(m.position), 0) FROM outbox.messages AS m
 WHERE m.xmin IN (SELECT xmin FROM restoring)
 
 -- rebase_written_here_among_restored --
--- Messages written here since the restore whose ids sort below a restored message's: written while restored ids were ahead, before the cluster's counter passed them. Per subscription of their publication, how many of them sort at or behind its checkpoint, which is never delivered (the first row, subscription null, counts them all).
+-- Messages written here since the restore whose ids sort below a restored message's: written while restored ids were ahead, before the cluster's counter passed them. Per subscription of their publication, how many of them sort at or behind its checkpoint, which is never delivered (the first row, subscription null, counts them all). A sharded subscription's checkpoint is the floor of its shards; a message is also behind when it is at or behind its own shard's checkpoint (during a change of the count, its shard among the draining count: the new count's shards wait at the barrier, and the old ones deliver everything up to it).
 WITH restored AS (
     SELECT max(transaction_id) AS highest FROM outbox.messages WHERE position <= %(last_restored)s
 ),
 misplaced AS (
-    SELECT m.publication_id, m.transaction_id, m.position
+    SELECT m.publication_id, m.transaction_id, m.position, m.partition_key
     FROM outbox.messages AS m, restored
     WHERE m.position > %(last_restored)s AND m.transaction_id < restored.highest
 )
@@ -61,8 +63,15 @@ UNION ALL
 SELECT s.subscription_id, count(*), min(m.position), max(m.position)
 FROM outbox.subscriptions AS s
 JOIN misplaced AS m ON m.publication_id = s.publication_id
-    AND (m.transaction_id, m.position)
-        <= (s.last_processed_transaction_id, s.last_processed_position)
+    AND ((m.transaction_id, m.position)
+             <= (s.last_processed_transaction_id, s.last_processed_position)
+         OR EXISTS (
+             SELECT FROM outbox.subscription_shards AS sh
+             WHERE sh.subscription_id = s.subscription_id
+               AND (s.draining_shard_count IS NULL OR sh.shard_count = s.draining_shard_count)
+               AND outbox.message_shard(m.partition_key, m.position, sh.shard_count) = sh.shard
+               AND (m.transaction_id, m.position)
+                   <= (sh.last_processed_transaction_id, sh.last_processed_position)))
 GROUP BY s.subscription_id
 ORDER BY 1 NULLS FIRST
 

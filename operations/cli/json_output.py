@@ -14,8 +14,10 @@ from typing import Any
 import click
 
 from outbox.positions import Position
-from poller.administration import ParkedMessage, ParkedRow, SubscriptionStatus
+from poller.administration import ParkedMessage, ParkedRow
+from poller.inspection import SubscriptionStatus
 from poller.store.records import SkipRequest, SubscriptionRecord
+from poller.store.shard_store import ShardStatus
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")
 
@@ -34,11 +36,12 @@ def _time_text(value: object) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def position_fields(prefix: str, position: Position) -> dict[str, Any]:
+def position_fields(prefix: str, position: Position | None) -> dict[str, Any]:
+    """TX:POS and its two numbers; three nulls for no position."""
     return {
-        prefix: str(position),
-        f"{prefix}_transaction_id": position.transaction_id,
-        f"{prefix}_position": position.position,
+        prefix: None if position is None else str(position),
+        f"{prefix}_transaction_id": None if position is None else position.transaction_id,
+        f"{prefix}_position": None if position is None else position.position,
     }
 
 
@@ -56,20 +59,33 @@ def status_document(row: SubscriptionStatus) -> dict[str, Any]:
         "hidden_messages": row.hidden,
         "blockers": [blocker._asdict() for blocker in row.blockers],
         "destination_unavailable": row.destination_unavailable,
+        "shards": row.shards.shard_count,
+        "shards_led": row.shards.led,
+        "draining_shards": row.shards.draining_shard_count,
+        "draining_shards_led": row.shards.draining_led,
     }
 
 
 def subscription_document(
-    record: SubscriptionRecord, skip: SkipRequest | None = None, *, detailed: bool = False
+    record: SubscriptionRecord,
+    skip: SkipRequest | None = None,
+    shards: list[ShardStatus] | None = None,
+    *,
+    detailed: bool = False,
 ) -> dict[str, Any]:
-    """`subscription list` prints the stored settings; `show` adds every setting in effect
-    (defaults included), the replay request count and a pending skip."""
+    """`subscription list` prints the stored settings and the shard layout (the checkpoint of
+    a sharded subscription is its shards' floor); `show` adds every setting in effect
+    (defaults included), the replay request count, a pending skip and each shard."""
+    layout = record.layout
     document: dict[str, Any] = {
         "subscription": record.subscription_id,
         "publication": record.publication,
         **position_fields("checkpoint", record.checkpoint),
         "epoch": record.epoch,
         "settings": record.stored_settings,
+        "shards": layout.shard_count,
+        "draining_shards": layout.draining_shard_count,
+        **position_fields("shard_barrier", layout.barrier),
     }
     if detailed:
         document["effective_settings"] = (
@@ -77,7 +93,22 @@ def subscription_document(
         )
         document["replay_requests"] = record.replay_requests
         document["skip_requested_to"] = None if skip is None else str(skip.to)
+        document["shard_status"] = [shard_document(shard) for shard in shards or []]
     return document
+
+
+def shard_document(shard: ShardStatus) -> dict[str, Any]:
+    return {
+        "shard": shard.unit.shard,
+        "shard_count": shard.unit.shard_count,
+        "draining": shard.draining,
+        **position_fields("checkpoint", shard.checkpoint),
+        "messages_behind": shard.messages_behind,
+        "leader_alive": shard.leader_alive,
+        "leader_host": shard.leader_host,
+        "leader_pid": shard.leader_pid,
+        "leader_since": shard.leader_since,
+    }
 
 
 def parked_document(row: ParkedRow) -> dict[str, Any]:

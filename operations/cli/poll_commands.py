@@ -21,7 +21,8 @@ from operations.cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_f
 from operations.cli.poll_config import read_poll_config
 from operations.cli.printing import cell, checkpoint_text, console, table
 from operations.cli.retention_printing import print_oldest_holder
-from poller import administration
+from operations.cli.shard_printing import leadership_text
+from poller import administration, inspection
 from poller.daemon import garbage_collection
 from poller.daemon.handlers import Handler, HandlerNotFoundError, load_handler
 from poller.daemon.options import DaemonOptions, command_line_fields, retention_fields
@@ -193,9 +194,9 @@ def status(context: CommandContext, /, as_json: bool, retention_stale_after: flo
     Naming the sessions of other users that block a subscription needs pg_read_all_stats.
     """
     columns = ("subscription", "publication", "checkpoint", "behind", "oldest undelivered")
-    listing = table((*columns, "leader", "blocked by"))
+    listing = table((*columns, "leader", "shards", "blocked by"))
     with context.connect() as conn:
-        rows = administration.status(conn)
+        rows = inspection.status(conn)
         holders = retention_store.retention_holders(conn)
     if as_json:
         print_json([status_document(row) for row in rows])
@@ -214,6 +215,7 @@ def status(context: CommandContext, /, as_json: bool, retention_stale_after: flo
             cell(row.messages_behind),
             cell("-" if age is None else f"{age:.1f} s"),
             cell(leader),
+            cell(leadership_text(row.shards)),
             cell(_blocked_by(row)),
         )
     console().print(listing)
@@ -229,7 +231,7 @@ def status(context: CommandContext, /, as_json: bool, retention_stale_after: flo
     print_oldest_holder(holders, stale_after)
 
 
-def _blocked_by(row: administration.SubscriptionStatus) -> str:
+def _blocked_by(row: inspection.SubscriptionStatus) -> str:
     if not row.hidden:
         return "-"
     if not row.blockers:

@@ -18,8 +18,11 @@ from operations.cli.json_output import (
     subscription_document,
 )
 from operations.cli.printing import cell, checkpoint_text, console, escaped, table
-from poller import administration
+from operations.cli.shard_printing import layout_text, shard_table
+from outbox.shards import MAX_SHARDS
+from poller import administration, inspection, shard_administration
 from poller.administration import quoted
+from poller.shard_administration import ShardChange
 from poller.subscription.settings import SETTINGS
 
 # A listing larger than this is not read on a terminal; it would only load the database.
@@ -40,6 +43,29 @@ def chosen_settings(values: dict[str, Any]) -> dict[str, Any]:
     return {spec.name: values[spec.name] for spec in SETTINGS if values.get(spec.name) is not None}
 
 
+def shards_option(help_text: str, default: int | None) -> Callable[..., Any]:
+    return click.option(
+        "--shards",
+        type=str,  # read by _shard_count, which refuses every bad value in the same words
+        callback=_shard_count,
+        default=None if default is None else str(default),
+        show_default=default is not None,
+        metavar="N",
+        help=f"{help_text} 1 to {MAX_SHARDS}.",
+    )
+
+
+def _shard_count(
+    _context: click.Context, _parameter: click.Parameter, value: str | None
+) -> int | None:
+    """A whole number from 1 to MAX_SHARDS in ASCII digits (int() takes other scripts' digits)."""
+    if value is None:
+        return None
+    if value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_SHARDS:
+        return int(value)
+    raise CommandUsageError(f"--shards {quoted(value)} is not a shard count from 1 to {MAX_SHARDS}")
+
+
 @click.group()
 def subscription() -> None:
     """Create, list, update and delete subscriptions."""
@@ -49,29 +75,51 @@ def subscription() -> None:
 @click.argument("name")
 @click.option("--publication", required=True)
 @click.option("--from", "start", default="end", show_default=True, help="start, end or TX:POS")
+@shards_option("Shards to split the subscription into, each led by one process:", 1)
 @setting_options
 @click.pass_obj
 def create(
-    context: CommandContext, /, name: str, publication: str, start: str, **values: Any
+    context: CommandContext, /, name: str, publication: str, start: str, shards: int, **values: Any
 ) -> None:
     """Create subscription NAME on a publication."""
     with context.connect() as conn:
-        at = administration.create(conn, name, publication, start, chosen_settings(values))
-    click.echo(f"created {escaped(name)} on {escaped(publication)}, starting after {at}")
+        at = administration.create(conn, name, publication, start, chosen_settings(values), shards)
+    of = f" ({shards} shards)" if shards > 1 else ""
+    click.echo(f"created {escaped(name)} on {escaped(publication)}{of}, starting after {at}")
 
 
 @subscription.command("update")
 @click.argument("name")
+@shards_option("A new shard count; the old shards drain first (`subscription show`):", None)
 @setting_options
 @click.pass_obj
-def update(context: CommandContext, /, name: str, **values: Any) -> None:
+def update(context: CommandContext, /, name: str, shards: int | None, **values: Any) -> None:
     """Change settings; a running daemon applies them within a lease renewal."""
     changes = chosen_settings(values)
-    if not changes:
-        raise click.UsageError("name at least one setting to change")
-    with context.connect() as conn:
-        administration.update_settings(conn, name, changes)
-    click.echo(f"updated {escaped(name)}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
+    if not changes and shards is None:
+        raise click.UsageError("name at least one setting, or --shards, to change")
+    # One transaction: a refused change of the shard count leaves the settings as they were.
+    with context.connect() as conn, conn.transaction():
+        change = None
+        if shards is not None:
+            change = shard_administration.change_shard_count(conn, name, shards)
+        if changes:
+            administration.update_settings(conn, name, changes)
+    if changes:
+        settings = ", ".join(f"{k}={v}" for k, v in changes.items())
+        click.echo(f"updated {escaped(name)}: {settings}")
+    if change is not None:
+        click.echo(_shard_change_text(name, change))
+
+
+def _shard_change_text(name: str, change: ShardChange) -> str:
+    if change.barrier is None:
+        return f"{escaped(name)} already has {change.shard_count} shards; nothing to change"
+    return (
+        f"{escaped(name)}: {change.previous} shards -> {change.shard_count}; the"
+        f" {change.previous} old shards deliver up to {change.barrier}, then the new ones"
+        " start after it (`outbox subscription show` follows the change)"
+    )
 
 
 @subscription.command("list")
@@ -84,13 +132,14 @@ def list_subscriptions(context: CommandContext, as_json: bool) -> None:
     if as_json:
         print_json([subscription_document(record) for record in records])
         return
-    listing = table(("subscription", "publication", "checkpoint", "epoch", "settings"))
+    listing = table(("subscription", "publication", "checkpoint", "epoch", "shards", "settings"))
     for record in records:
         listing.add_row(
             cell(record.subscription_id),
             cell(record.publication),
             cell(checkpoint_text(record.checkpoint)),
             cell(record.epoch),
+            cell(layout_text(record.layout)),
             cell(_settings_text(record.stored_settings) or "defaults"),
         )
     console().print(listing)
@@ -101,24 +150,27 @@ def list_subscriptions(context: CommandContext, as_json: bool) -> None:
 @json_option
 @click.pass_obj
 def show(context: CommandContext, name: str, as_json: bool) -> None:
-    """One subscription: checkpoint, epoch, every setting in effect, a pending skip."""
+    """One subscription: checkpoint, epoch, every setting in effect, a pending skip, and
+    each shard (its checkpoint, backlog and leader)."""
     with context.connect() as conn:
         record = administration.get(conn, name)
         skip = administration.skip_request(conn, name)
-    document = subscription_document(record, skip, detailed=True)
+        shards = inspection.shards(conn, name)
+    document = subscription_document(record, skip, shards, detailed=True)
     if as_json:
         print_json(document)
         return
     shown = table(("field", "value"), show_header=False)
     for field, value in document.items():
-        if field.endswith(("_transaction_id", "_position")):
-            continue  # the TX:POS field says it
+        if field.endswith(("_transaction_id", "_position")) or field == "shard_status":
+            continue  # the TX:POS field says it; the shards get a table of their own
         if field == "checkpoint":
             value = checkpoint_text(record.checkpoint)
         elif isinstance(value, dict):
             value = _settings_text(value) or "defaults"
         shown.add_row(cell(field.replace("_", " ")), cell("-" if value is None else value))
     console().print(shown)
+    console().print(shard_table(shards))
 
 
 def _settings_text(settings: dict[str, Any]) -> str:
@@ -173,7 +225,8 @@ def seek(
     to_time: datetime.datetime | None,
     to_message: str | None,
 ) -> None:
-    """Move a subscription, even while its daemon runs (raises its epoch)."""
+    """Move a subscription, even while its daemon runs (raises its epoch); a sharded one's
+    shards all move with it. Refused while a change of its shard count drains."""
     if sum(value is not None for value in (to, to_time, to_message)) != 1:
         raise click.UsageError("give exactly one of --to, --to-time and --to-message")
     with context.connect() as conn:
@@ -205,7 +258,7 @@ def parked_list(context: CommandContext, name: str, limit: int, as_json: bool) -
         print_json([parked_document(row) for row in rows])
         return
     columns = ("position", "transaction", "type", "message id", "attempts", "error", "parked")
-    listing = table(columns)
+    listing = table((*columns, "shard"))
     for row in rows:
         listing.add_row(*(cell(value) for value in row))
     console().print(listing)

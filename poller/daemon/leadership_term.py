@@ -1,4 +1,5 @@
-"""One leadership term of one subscription: the driver around the pure state machine.
+"""One leadership term of one subscription's shard (of a plain subscription: its one lease):
+the driver around the pure state machine.
 
 Reads feed `messages_read`; the outcomes of each run of deliveries feed `finished` at once; a
 ticker feeds `tick` and the starts of running handlers, and renews the lease. Deliver commands
@@ -11,47 +12,34 @@ finish, the final checkpoint is written), or when the lease or the connection is
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import time
 from typing import Any
 
-import psycopg
-
-from outbox.positions import Position
-from outbox.storable_text import storable_text
 from poller.daemon.consumers import Consumers
 from poller.daemon.handler_caller import HandlerCaller, payload_message
+from poller.daemon.hidden_rows import HiddenRows
 from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.notify_listener import NotifyListener
+from poller.daemon.operator_requests import OperatorRequests
 from poller.daemon.options import DaemonOptions
 from poller.daemon.poll_interval import AdaptiveInterval
 from poller.daemon.runs import Run
 from poller.daemon.self_fence import SelfFence
-from poller.daemon.stall import StallWatch
+from poller.daemon.term_writes import TermWrites, WriteCommand
+from poller.membership import Layout
 from poller.message import Message
 from poller.store.leader_store import LeaderStore
-from poller.store.records import (
-    Blocker,
-    LeaseState,
-    SkipRequest,
-    SubscriptionRecord,
-    settings_from_stored,
-)
+from poller.store.records import SubscriptionRecord, settings_from_stored
 from poller.subscription import (
     Command,
     Deliver,
     Envelope,
     Outcome,
-    Park,
-    ReplayDone,
     SubscriptionMachine,
-    WriteCheckpoint,
 )
 
 log = logging.getLogger(__name__)
-
-WriteCommand = Park | ReplayDone | WriteCheckpoint
 
 
 class LeadershipLost(Exception):  # noqa: N818 - an event the worker handles, not a bug
@@ -99,18 +87,35 @@ class LeadershipTerm:
             execute=self._execute,
             report=self._report,
         )
-        # The parked row each unfinished replay read, by position: its ReplayDone deletes that
-        # row only, never one a later park of the same position wrote.
-        self._replayed_rows: dict[Position, datetime.datetime] = {}
-        # Replays requested before this term began were for a previous leader; see README.
-        self._replay_requests_seen = record.replay_requests
-        self._skip_applied: SkipRequest | None = None  # see _skip_if_requested
+        self._requests = OperatorRequests(
+            record.subscription_id,
+            store,
+            self.machine,
+            self._consumers,
+            self._carry_out,
+            self._report,
+            record.replay_requests,
+        )
+        self._term_writes = TermWrites(
+            record.subscription_id,
+            store,
+            self.machine,
+            metrics,
+            self._requests,
+            self._carry_out,
+            self._renew,
+            self._restart,
+        )
+        # What of the shard layout this term was built for; a change of it ends the term.
+        self._unit = store.lease.unit
+        self._layout_mode = self._mode(record.layout)
+        # A shard of a new count during a change starts only once the old shards are done.
+        self._barrier_passed = not record.layout.waits_for_barrier(self._unit)
         # Settings other than the consumer count changed: end this term gracefully and let
         # the worker start a new one with a machine built for the new settings.
         self.restart_requested = False
         # Messages whose handlers did not finish within the shutdown timeout (graceful stop).
         self.abandoned: list[Message] = []
-        self._runtime_written: dict[str, Any] | None = None
         # Set when the term ends: deliveries still queued for a handler thread must not start.
         self._over = False
         self._end_term = asyncio.Event()
@@ -119,7 +124,7 @@ class LeadershipTerm:
         self._interval = AdaptiveInterval(
             options.poll_interval_min, options.poll_interval_max, options.hidden_recheck
         )
-        self._stall = StallWatch(options.stall_threshold, options.stall_repeat)
+        self._hidden = HiddenRows(store, record.subscription_id, record.publication, options)
 
     async def run(self) -> None:
         name = self._record.subscription_id
@@ -142,13 +147,18 @@ class LeadershipTerm:
                 task.result()  # a loop only ends by raising: the term is over
             await self._finish_gracefully(reader, ticker, writer)
         finally:
-            self._metrics.standing_by()
+            self._metrics.standing_by(self.machine)
             self._over = True
             stopping.cancel()
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
             await self._consumers.close()
+
+    def _restart(self) -> None:
+        """End this term gracefully; the worker starts a new one from the stored state."""
+        self.restart_requested = True
+        self._end_term.set()
 
     async def _stopped(self) -> None:
         stop = asyncio.ensure_future(self._stop.wait())
@@ -163,6 +173,8 @@ class LeadershipTerm:
 
     async def _read_loop(self) -> None:
         await self._renew()  # so a pending `outbox skip` applies before the first read
+        while not self._barrier_passed:
+            await self._wait_for_old_shards()
         publication = self._record.publication
         while True:
             want = min(self.machine.read_wanted(), self._settings.read_batch_size)
@@ -180,10 +192,24 @@ class LeadershipTerm:
             if batch:
                 envelopes = [Envelope(m.at, m.partition_key, m) for m in batch]
                 self._carry_out(self.machine.messages_read(envelopes, epoch, time.monotonic()))
-            hidden = len(batch) < want and await self._watch_hidden(after, batch)
+            if len(batch) < want:
+                self._pass_other_shards()
+            hidden = len(batch) < want and await self._hidden.watch(after, batch)
             delay = self._interval.next_delay(found_messages=bool(batch), hidden_messages=hidden)
             if delay:
                 await self._notifications.wait(publication, delay)
+
+    def _pass_other_shards(self) -> None:
+        """After a short read a shard has nothing of its own up to the publication's last
+        safe message then: with nothing unfinished, its checkpoint moves there, so a shard
+        whose keys are quiet does not hold the floor (and with it retention) back."""
+        last_safe, machine = self._store.last_safe, self.machine
+        if (
+            last_safe is not None
+            and last_safe > machine.checkpoint
+            and machine.checkpoint == machine.next_read_position
+        ):
+            self._carry_out(machine.admin_skip_to(last_safe, time.monotonic()))
 
     def _wake_reader_if_room(self) -> None:
         if self.machine.read_wanted() >= self._worthwhile_read() or not self.machine.buffered_count:
@@ -191,36 +217,6 @@ class LeadershipTerm:
 
     def _worthwhile_read(self) -> int:
         return max(1, min(self._settings.read_batch_size, self._settings.buffer_size // 2))
-
-    async def _watch_hidden(self, after: Position, batch: list[Message]) -> bool:
-        """Are committed rows waiting behind the safe frontier? Warn if they wait too long."""
-        last = batch[-1].at if batch else after
-        oldest_hidden = await self._store.oldest_hidden_transaction(self._record.publication, last)
-        now = time.monotonic()
-        if self._stall.observe(now, hidden=oldest_hidden is not None) and oldest_hidden:
-            await self._warn_stalled(oldest_hidden, self._stall.waited(now))
-        return oldest_hidden is not None
-
-    async def _warn_stalled(self, oldest_hidden: int, waited: float) -> None:
-        try:
-            rows = await self._store.blockers_before(oldest_hidden)
-        except psycopg.OperationalError:
-            raise  # the connection is gone: the term ends as for any lost connection
-        except psycopg.Error as error:
-            # A diagnosis only: whatever its query meets (a view changed by hand, a
-            # privilege missing), delivery must not stop over it.
-            rows = []
-            log.warning("cannot name the blockers (%s)", error)
-        blockers = [Blocker(*row) for row in rows]
-        described = "; ".join(b.describe() for b in blockers) or "none found (already ended?)"
-        log.warning(
-            "subscription %s: committed messages have waited %.1f s behind the safe frontier"
-            " (transaction %s and later); held back by: %s",
-            self._record.subscription_id,
-            waited,
-            oldest_hidden,
-            described,
-        )
 
     # Delivering ---------------------------------------------------------------------------
 
@@ -270,76 +266,8 @@ class LeadershipTerm:
     async def _write_loop(self) -> None:
         while True:
             command = await self._writes.get()
-            await self._write(command)
+            await self._term_writes.write(command)
             self._writes.task_done()
-
-    async def _write(self, command: WriteCommand) -> None:
-        """Every write carries the epoch the machine issued it under, never the current one:
-        a checkpoint queued before a seek and stamped with the seek's epoch once undid it."""
-        if isinstance(command, WriteCheckpoint):
-            await self._write_checkpoint(command.position, command.epoch)
-        elif isinstance(command, Park):
-            await self._park(command)
-        else:
-            parked_at = self._replayed_rows.pop(command.position, None)
-            if parked_at is None:
-                return  # every replay's row is recorded when it is read; nothing to delete
-            if not await self._store.unpark(command.position, parked_at):
-                await self._renew()  # fenced out: raises; else purged or parked anew meanwhile
-
-    async def _park(self, command: Park) -> None:
-        message = payload_message(command.envelope)
-        if command.replayed:
-            # Its row is updated (a new parked_at): the next replay request reads it again.
-            self._replayed_rows.pop(message.at, None)
-        # A replay belongs to no epoch (replays outlive seeks); a stream park to its own.
-        epoch = None if command.replayed else command.epoch
-        attempts = await self._store.park(epoch, message, command.attempts, command.reason)
-        if attempts is None:
-            await self._renew()  # fenced out: raises; else a seek ended that epoch: dropped
-            return
-        self._metrics.parked()
-        log.warning(
-            "subscription %s parked %r after %d attempts in all: %s",
-            self._record.subscription_id,
-            message,
-            attempts,
-            storable_text(command.reason),
-            extra={"position": str(message.at), "message_id": message.message_id},
-        )
-        self._carry_out(self.machine.parked(message.at, command.epoch, time.monotonic()))
-
-    async def _write_checkpoint(self, position: Position, epoch: int) -> None:
-        runtime = self._runtime()
-        if await self._store.write_checkpoint(epoch, position, runtime):
-            self._runtime_written = runtime
-            self._carry_out(self.machine.checkpoint_written(position, epoch, time.monotonic()))
-            return
-        # Fenced out, or the epoch moved under us (a seek): a renewal tells which, and raises
-        # or applies the seek (whose own checkpoint write then follows).
-        await self._renew()
-        if epoch == self.machine.epoch:
-            log.error(
-                "subscription %s: checkpoint %s refused although this process leads epoch"
-                " %s; the stored checkpoint is ahead of it. Restarting the term.",
-                self._record.subscription_id,
-                position,
-                epoch,
-            )
-            self.restart_requested = True
-            self._end_term.set()
-
-    def _runtime(self) -> dict[str, Any]:
-        machine = self.machine
-        return {
-            "consumers": machine.consumers,
-            "in_flight": sum(machine.in_flight_by_consumer.values()),
-            "in_flight_by_consumer": {str(k): v for k, v in machine.in_flight_by_consumer.items()},
-            "retry_queue": machine.retry_queue_length,
-            "buffered": machine.buffered_count,
-            "draining_keys": sorted(machine.draining_keys)[:100],
-            "destination_unavailable": machine.destination_problem,
-        }
 
     # Ticking and renewing -----------------------------------------------------------------
 
@@ -356,17 +284,9 @@ class LeadershipTerm:
             self._wake_reader_if_room()
             if time.monotonic() >= next_renewal:
                 await self._renew()
-                await self._write_runtime_if_changed()
+                if not await self._term_writes.write_runtime_if_changed():
+                    raise LeadershipLost(self._record.subscription_id)
                 next_renewal = time.monotonic() + self._options.renew_every
-
-    async def _write_runtime_if_changed(self) -> None:
-        """The runtime figures go out with each checkpoint; while no checkpoint moves (idle,
-        or a message stuck in flight) they would go stale, so they also follow a renewal."""
-        runtime = self._runtime()
-        if runtime != self._runtime_written:
-            if not await self._store.write_runtime(runtime):
-                raise LeadershipLost(self._record.subscription_id)
-            self._runtime_written = runtime
 
     async def _renew(self) -> None:
         sent_at = time.monotonic()
@@ -386,74 +306,49 @@ class LeadershipTerm:
             self._carry_out(self.machine.seek(state.checkpoint, state.epoch, now))
         if state.settings != self._stored_settings:
             self._apply_settings(state.settings, now)
-        await self._replay_if_requested(state)
-        await self._skip_if_requested(state)
+        if self._mode(state.layout) != self._layout_mode:
+            log.info("subscription %s: shards changed, restarting", self._record.subscription_id)
+            self._term_writes.layout_changed()
+            self._restart()
+            return
+        # A draining shard replays nothing (the new shards own every parked message), nor
+        # does a new one before the old ones are done: the request waits for it.
+        if self._barrier_passed and not state.layout.draining(self._unit):
+            await self._requests.replay_if_requested(state)
+        await self._requests.skip_if_requested(state)
+
+    # A change of the shard count ----------------------------------------------------------
+
+    def _mode(self, layout: Layout) -> tuple[bool, bool, bool]:
+        """What of the layout this term's reads and writes depend on: whether its shard is in
+        it, whether checkpoints are per shard, and whether its reads stop at the barrier."""
+        return (self._unit in layout.units(), not layout.plain, layout.draining(self._unit))
+
+    async def _wait_for_old_shards(self) -> None:
+        """Wait until every shard of the old count has finished all its messages up to the
+        barrier and no unbounded term of it runs, then end the change (any new shard's leader
+        may; the first one does)."""
+        if await self._store.shard_change_drained():
+            await self._store.finish_shard_change()
+            self._barrier_passed = True
+            log.info(
+                "subscription %s: old shards done, shard %s starts",
+                self._record.subscription_id,
+                self._unit,
+            )
+            return
+        await asyncio.sleep(self._options.renew_every)
 
     def _apply_settings(self, stored: dict[str, Any], now: float) -> None:
         changed = settings_from_stored(stored)
         only_consumers = changed.to_mapping() | {"consumers": self._settings.consumers}
         if only_consumers != self._settings.to_mapping():
             log.info("subscription %s: settings changed, restarting", self._record.subscription_id)
-            self.restart_requested = True
-            self._end_term.set()
+            self._restart()
             return
         log.info("subscription %s: %s consumers", self._record.subscription_id, changed.consumers)
         self._stored_settings, self._settings = stored, changed
         self._carry_out(self.machine.consumer_count_changed(changed.consumers, now))
-
-    async def _replay_if_requested(self, state: LeaseState) -> None:
-        if state.replay_requests == self._replay_requests_seen:
-            return
-        self._replay_requests_seen = state.replay_requests
-        parked = await self._store.parked_messages()
-        for message, parked_at in parked:
-            # The machine ignores a position whose earlier replay is still unfinished; that
-            # replay keeps the row it read.
-            self._replayed_rows.setdefault(message.at, parked_at)
-        messages = [message for message, _ in parked]
-        envelopes = [Envelope(m.at, m.partition_key, m) for m in messages]
-        log.info(
-            "subscription %s: replay of %d parked", self._record.subscription_id, len(messages)
-        )
-        self._carry_out(self.machine.replay(envelopes, time.monotonic()))
-
-    # Operator skips (`outbox skip`) -------------------------------------------------------
-
-    async def _skip_if_requested(self, state: LeaseState) -> None:
-        """Apply a skip request of this epoch (once per term), and clear it once the stored
-        checkpoint has reached it or a seek voided it. Until then it stays stored, so a
-        leader that crashes first leaves it to the next one (which applies it again)."""
-        request = state.skip_request
-        if request is None:
-            return
-        if request.epoch == self.machine.epoch and request != self._skip_applied:
-            self._skip_applied = request
-            log.info(
-                "subscription %s: skip to %s",
-                self._record.subscription_id,
-                request.to,
-                extra={"position": str(request.to)},
-            )
-            self._carry_out(self.machine.admin_skip_to(request.to, time.monotonic()))
-            self._withdraw_skipped(request.to)
-        if request.epoch < state.epoch or state.checkpoint >= request.to:
-            await self._store.settle_skip_request(request)
-
-    def _withdraw_skipped(self, to: Position) -> None:
-        """Every stream message of this epoch at or before `to` is finished now: withdraw its
-        deliveries that wait on a consumer or in a run, so no handler is called for them. The
-        ones already started run to their end (their outcome no longer counts)."""
-        epoch = self.machine.epoch
-
-        def skipped(command: Deliver) -> bool:
-            return (
-                not command.replayed
-                and command.epoch == epoch
-                and not command.envelope.position > to
-            )
-
-        if outcomes := self._consumers.take_out(skipped):
-            self._report(outcomes)
 
     # Stopping -----------------------------------------------------------------------------
 
@@ -483,6 +378,6 @@ class LeadershipTerm:
             writer.result()
         final = self.machine.final_checkpoint()
         if final is not None:
-            await self._write_checkpoint(final.position, final.epoch)
+            await self._term_writes.write_checkpoint(final.position, final.epoch)
         await self._store.release()
         log.info("stopped %s at %s", self._record.subscription_id, self.machine.checkpoint)

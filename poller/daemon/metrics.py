@@ -17,6 +17,7 @@ import dataclasses
 import inspect
 import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -59,6 +60,32 @@ class TermView(Protocol):
 
     @property
     def retry_queue_length(self) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShardsView:
+    """Several shards' terms in one process, seen as one (their figures added up)."""
+
+    views: list[TermView]
+
+    @property
+    def settings(self) -> SubscriptionSettings:
+        return self.views[0].settings
+
+    @property
+    def in_flight_by_consumer(self) -> Mapping[int, int]:
+        total: Counter[int] = Counter()
+        for view in self.views:
+            total.update(view.in_flight_by_consumer)
+        return total
+
+    @property
+    def buffered_count(self) -> int:
+        return sum(v.buffered_count for v in self.views)
+
+    @property
+    def retry_queue_length(self) -> int:
+        return sum(v.retry_queue_length for v in self.views)
 
 
 class HandlerTally:
@@ -119,20 +146,28 @@ class SubscriptionMetrics:
     def __init__(self, subscription: str) -> None:
         self.subscription = subscription
         self.tally = HandlerTally()
-        self.view: TermView | None = None  # the running leadership term's, None on standby
+        # The running leadership terms', one per shard this process leads; none on standby.
+        self._views: list[TermView] = []
         self.last_database_answer: float | None = None  # time.monotonic()
         self._message_timeout = float("inf")
 
     # Hooks --------------------------------------------------------------------------------
 
     def leading(self, view: TermView) -> None:
-        """A leadership term began; `view` describes it until `standing_by()`."""
-        self.view = view
+        """A leadership term began; `view` describes it until `standing_by(view)`."""
+        self._views.append(view)
         # Read here, on the loop: handler threads compare durations with it.
         self._message_timeout = view.settings.message_timeout
 
-    def standing_by(self) -> None:
-        self.view = None
+    def standing_by(self, view: TermView) -> None:
+        self._views.remove(view)
+
+    @property
+    def view(self) -> TermView | None:
+        """What this process's terms hold, summed over its shards; None on standby."""
+        if len(self._views) <= 1:
+            return self._views[0] if self._views else None
+        return _ShardsView(list(self._views))
 
     def database_answered(self) -> None:
         """A lease statement (a standby's try, a leader's renewal) came back."""

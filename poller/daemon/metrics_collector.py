@@ -3,7 +3,7 @@
 The counters and the handler histogram come from the subscriptions' tallies. Nothing on the
 delivery path keeps the gauges; two sources give them: the running leadership terms' views
 (read on the event loop, where the state machines live) and one short database visit (the
-status view, and the transaction that holds back the safe frontier). Either may be
+status view, the shard view, and the transaction that holds back the safe frontier). Either may be
 unavailable (a busy loop, a database that is down); a scrape then lacks those families and
 says so in `outbox_database_up`, and still answers.
 """
@@ -34,6 +34,7 @@ from poller.daemon.metrics import (
     DaemonMetrics,
 )
 from poller.store.metrics_store import safe_frontier_holder_age, subscription_figures
+from poller.store.shard_store import shard_statuses
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,7 @@ class StateCollector(Collector):
             parked.add_metric(labels, row.parked_messages)
             parked_age.add_metric(labels, row.oldest_parked_age)
         yield from (transaction, position, lag_messages, lag_seconds, parked, parked_age)
+        yield from self._shard_figures(conn)
         holder = gauge(
             "outbox_safe_frontier_holder_age_seconds",
             "Age of the open transaction that holds back the safe frontier (0: none).",
@@ -172,6 +174,38 @@ class StateCollector(Collector):
         if age is not None:  # else its session is hidden from this role: no sample, not a 0
             holder.add_metric([], age)
         yield holder
+
+    def _shard_figures(self, conn: psycopg.Connection[Any]) -> Iterator[GaugeMetricFamily]:
+        """Per shard, as stored (a plain subscription: its one shard, `0/1`). The shard label
+        is `SHARD/COUNT`: during a change of the count both layouts have a shard 0."""
+        labels = ["subscription", "shard"]
+        transaction = gauge(
+            "outbox_shard_checkpoint_transaction_id",
+            "A shard's stored checkpoint: its transaction id.",
+            labels,
+        )
+        position = gauge(
+            "outbox_shard_checkpoint_position", "A shard's stored checkpoint: its position.", labels
+        )
+        behind = gauge(
+            "outbox_shard_messages_behind",
+            "Messages of the shard after its checkpoint (a draining shard's: up to the barrier).",
+            labels,
+        )
+        alive = gauge("outbox_shard_leader_alive", "1 while a process leads the shard.", labels)
+        draining = gauge(
+            "outbox_shard_draining",
+            "1 for a shard of the old count during a change of the shard count.",
+            labels,
+        )
+        for shard in shard_statuses(conn, list(self._metrics.subscriptions)):
+            values = [shard.subscription, f"{shard.unit.shard}/{shard.unit.shard_count}"]
+            transaction.add_metric(values, shard.checkpoint.transaction_id)
+            position.add_metric(values, shard.checkpoint.position)
+            behind.add_metric(values, shard.messages_behind)
+            alive.add_metric(values, shard.leader_alive)
+            draining.add_metric(values, shard.draining)
+        yield from (transaction, position, behind, alive, draining)
 
 
 def counter(what: str, help_text: str) -> CounterMetricFamily:

@@ -8,14 +8,13 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from prometheus_client.registry import Collector
 
-from poller.daemon.handler_caller import HandlerCaller
+from poller.daemon.coordinator import SubscriptionCoordinator
 from poller.daemon.handlers import Handler
 from poller.daemon.metrics import DaemonMetrics
 from poller.daemon.metrics_server import MetricsServer
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.retention import run_retention
-from poller.daemon.worker import SubscriptionWorker
 from poller.message import Message
 
 log = logging.getLogger(__name__)
@@ -51,27 +50,26 @@ async def run_daemon(
     notifications = NotifyListener()
     listener = asyncio.create_task(notifications.listen(database_url), name="listen")
     retention = asyncio.create_task(run_retention(database_url, options, stop), name="retention")
-    # A caller (and thread pool) per subscription: one subscription's slow handlers neither
-    # starve another's threads nor hold back its next leadership term.
-    callers = [
-        HandlerCaller(
+    # A caller (and thread pool) per shard of each subscription (see coordinator.py): one
+    # subscription's slow handlers neither starve another's threads nor hold back its next
+    # leadership term.
+    coordinators = [
+        SubscriptionCoordinator(
+            database_url,
+            name,
             handler if server is None else metrics[name].observed(handler),
-            options.handler_threads,
+            options,
+            notifications,
+            metrics[name],
         )
         for name in subscriptions
     ]
-    workers = [
-        SubscriptionWorker(database_url, name, caller, options, notifications, metrics[name])
-        for name, caller in zip(subscriptions, callers, strict=True)
-    ]
     try:
-        await asyncio.gather(*(worker.run(stop) for worker in workers))
+        await asyncio.gather(*(coordinator.run(stop) for coordinator in coordinators))
     finally:
         listener.cancel()
         retention.cancel()
         await asyncio.gather(listener, retention, return_exceptions=True)
-        for caller in callers:
-            caller.close()
         for close in closers:
             try:
                 await close()
@@ -79,7 +77,7 @@ async def run_daemon(
                 log.warning("closing after the daemon stopped failed", exc_info=True)
         if server is not None:
             server.stop()
-    unfinished = {m.at: m for worker in workers for m in worker.abandoned}
-    unfinished |= {m.at: m for caller in callers for m in caller.running()}
+    unfinished = {m.at: m for coordinator in coordinators for m in coordinator.abandoned}
+    unfinished |= {m.at: m for coordinator in coordinators for m in coordinator.running()}
     log.info("poller stopped")
     return list(unfinished.values())

@@ -1,4 +1,6 @@
-"""One subscription in a daemon process: connect, stand by until leader, lead, repeat.
+"""One shard of a subscription (of a plain one: the subscription) in a daemon process:
+connect, stand by until leader, lead, repeat. The coordinator (coordinator.py) runs one for each
+shard this process is given, and stops it when the shard goes to another process.
 
 Connection loss, a PostgreSQL restart or a database failover end the current term; the worker
 reconnects with exponential backoff and jitter (tenacity) and resumes from the stored
@@ -23,6 +25,7 @@ from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.self_fence import SelfFence
+from poller.membership import ONLY_SHARD, ShardUnit
 from poller.message import Message
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
 from poller.store.message_reads import prepare_reader_async
@@ -57,6 +60,7 @@ class SubscriptionWorker:
         options: DaemonOptions,
         notifications: NotifyListener,
         metrics: SubscriptionMetrics,
+        unit: ShardUnit = ONLY_SHARD,
     ) -> None:
         self._url = database_url
         self._metrics = metrics
@@ -64,7 +68,9 @@ class SubscriptionWorker:
         self._caller = caller
         self._options = options
         self._notifications = notifications
-        self._lease = Lease(subscription_id, new_holder_id(), options.lease_seconds)
+        self._lease = Lease(subscription_id, new_holder_id(), options.lease_seconds, unit)
+        # How the logs name it: a shard only where there are several.
+        self._name = subscription_id if unit == ONLY_SHARD else f"{subscription_id} shard {unit}"
         self._failures = 0
         # Messages whose handlers a graceful stop gave up waiting for (see LeadershipTerm).
         self.abandoned: list[Message] = []
@@ -81,10 +87,14 @@ class SubscriptionWorker:
                         return
                     LEADER_TOKEN.set(self._lease.token)
                     record = await self._load(conn)
+                    if self._lease.unit not in record.layout.units():
+                        # The shard count changed since the coordinator looked: not ours.
+                        await LeaderStore(conn, conn, self._lease, record.layout).release()
+                        return
                     async with await self._connect() as read_conn:
                         await prepare_reader_async(read_conn)
                         session = LeadershipTerm(
-                            LeaderStore(conn, read_conn, self._lease),
+                            LeaderStore(conn, read_conn, self._lease, record.layout),
                             fence,
                             record,
                             self._caller,
@@ -99,9 +109,9 @@ class SubscriptionWorker:
                     if not session.restart_requested:
                         return
             except LeadershipLost:
-                log.warning("lost leadership of %s; standing by", self._subscription_id)
+                log.warning("lost leadership of %s; standing by", self._name)
             except psycopg.OperationalError as error:
-                log.warning("connection lost while leading %s: %s", self._subscription_id, error)
+                log.warning("connection lost while leading %s: %s", self._name, error)
             except psycopg.errors.ForeignKeyViolation:
                 # Deleted under a running daemon (its lease row went with it): this worker
                 # ends, the process and its other subscriptions go on.
@@ -167,7 +177,7 @@ class SubscriptionWorker:
                     previous_lease_left=previous_lease_left,
                 )
             if not announced:
-                log.info("%s has a leader; standing by", self._subscription_id)
+                log.info("%s has a leader; standing by", self._name)
                 announced = True
             try:
                 await asyncio.wait_for(stop.wait(), self._options.standby_poll)
@@ -177,7 +187,7 @@ class SubscriptionWorker:
 
     async def _load(self, conn: psycopg.AsyncConnection[Any]) -> SubscriptionRecord:
         name = self._subscription_id
-        record = check_pollable(name, await load_subscription(conn, name))
+        record = check_pollable(name, await load_subscription(conn, self._lease))
         # Checked at each term, not only at start: a failover may land on a restored copy.
         await ensure_not_restored_async(conn, name)
         return record

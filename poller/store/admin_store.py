@@ -9,6 +9,7 @@ import psycopg
 from outbox.positions import Position
 from outbox.queries import QUERIES
 from poller.store.records import SkipRequest, SubscriptionRecord
+from poller.store.shard_store import SHARD_ADMIN_QUERIES
 
 
 class AdminStore:
@@ -16,7 +17,12 @@ class AdminStore:
         self._conn = conn
 
     def insert_subscription(
-        self, name: str, publication: str, at: Position, settings: dict[str, Any]
+        self,
+        name: str,
+        publication: str,
+        at: Position,
+        settings: dict[str, Any],
+        shard_count: int = 1,
     ) -> bool:
         """False if the name is taken."""
         row = self._conn.execute(
@@ -26,9 +32,43 @@ class AdminStore:
                 "publication": publication,
                 **at.query_parameters(),
                 "settings": json.dumps(settings),
+                "shard_count": shard_count,
             },
         ).fetchone()
         return row is not None
+
+    def lock_subscription(self, name: str) -> SubscriptionRecord | None:
+        """The subscription, its row locked until the transaction ends."""
+        row = self._conn.execute(
+            SHARD_ADMIN_QUERIES["lock_subscription_for_operator"], {"subscription": name}
+        ).fetchone()
+        return None if row is None else SubscriptionRecord.from_row(row)
+
+    def shard_barrier(self, name: str, publication: str) -> Position:
+        """Where a change of the shard count would split delivery now (locks the shard rows)."""
+        row = self._conn.execute(
+            SHARD_ADMIN_QUERIES["shard_barrier"], {"subscription": name, "publication": publication}
+        ).fetchone()
+        assert row is not None  # the subscription's own checkpoint is always a candidate
+        return Position(*row)
+
+    def insert_shards(self, name: str, shard_count: int, at: Position) -> None:
+        """A checkpoint row at `at` for each of `shard_count` shards."""
+        self._conn.execute(
+            SHARD_ADMIN_QUERIES["insert_shards"],
+            {"subscription": name, "shard_count": shard_count, **at.query_parameters()},
+        )
+
+    def begin_shard_change(self, name: str, shard_count: int, barrier: Position) -> None:
+        self._conn.execute(
+            SHARD_ADMIN_QUERIES["begin_shard_change"],
+            {"subscription": name, "shard_count": shard_count, **barrier.query_parameters()},
+        )
+
+    def seek_shards(self, name: str, to: Position) -> None:
+        self._conn.execute(
+            SHARD_ADMIN_QUERIES["seek_shards"], {"subscription": name, **to.query_parameters()}
+        )
 
     def subscription(self, name: str) -> SubscriptionRecord | None:
         row = self._conn.execute(QUERIES["get_subscription"], {"subscription": name}).fetchone()

@@ -1,5 +1,8 @@
 """Every statement a subscription's leader runs, on its two connections.
 
+A shard's leader runs the same statements for its shard, and its own read, parked set and
+checkpoint (poller/store/shard_reads.py) where its layout has more than one shard.
+
 The leader writes on one connection (lease renewals, checkpoints, parked rows) and reads on
 another: a checkpoint commit (an fsync) or a renewal would otherwise hold the next read back
 and show in the latency tail. The term (poller.daemon.leadership_term) only coordinates.
@@ -14,7 +17,9 @@ import psycopg
 from outbox.positions import Position
 from outbox.queries import QUERIES
 from outbox.storable_text import storable_text
+from poller.membership import PLAIN_LAYOUT, Layout
 from poller.message import Message
+from poller.store import shard_reads
 from poller.store.message_reads import message_from_row, read_batch_async
 from poller.store.records import Lease, LeaseState, SkipRequest, SubscriptionRecord
 
@@ -31,23 +36,46 @@ async def try_acquire(conn: Connection, lease: Lease) -> float | None:
     return None if row is None else float(row[1])
 
 
-async def load_subscription(conn: Connection, subscription_id: str) -> SubscriptionRecord | None:
-    cursor = await conn.execute(QUERIES["get_subscription"], {"subscription": subscription_id})
+async def load_subscription(conn: Connection, lease: Lease) -> SubscriptionRecord | None:
+    """The subscription as the lease's shard starts it: that shard's checkpoint, the layout."""
+    cursor = await conn.execute(
+        shard_reads.SHARD_QUERIES["get_subscription_for_shard"], lease.query_parameters()
+    )
     row = await cursor.fetchone()
     return None if row is None else SubscriptionRecord.from_row(row)
 
 
 class LeaderStore:
-    def __init__(self, conn: Connection, read_conn: Connection, lease: Lease) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        read_conn: Connection,
+        lease: Lease,
+        layout: Layout = PLAIN_LAYOUT,
+    ) -> None:
         self._conn = conn
         self._read_conn = read_conn
         self.lease = lease
         self._subscription = lease.subscription_id
+        # Fixed for a term: a term whose layout changes where it matters ends (see the term).
+        self._sharded = not layout.plain
+        self._until = shard_reads.UNBOUNDED
+        # A shard's last read: the publication's last message safe to read then (see
+        # shard_reads.ShardBatch); None for a plain subscription, whose reads see them all.
+        self.last_safe: Position | None = None
+        if layout.draining(lease.unit) and layout.barrier is not None:
+            self._until = layout.barrier
 
     # Reads, on the read connection --------------------------------------------------------
 
     async def read_batch(self, publication: str, after: Position, limit: int) -> list[Message]:
-        return await read_batch_async(self._read_conn, publication, after, limit)
+        if not self._sharded:
+            return await read_batch_async(self._read_conn, publication, after, limit)
+        batch = await shard_reads.read_shard_batch(
+            self._read_conn, publication, self.lease.unit, after, self._until, limit
+        )
+        self.last_safe = batch.last_safe
+        return batch.messages
 
     async def oldest_hidden_transaction(self, publication: str, after: Position) -> int | None:
         """The oldest committed transaction after `after` that the safe frontier still hides."""
@@ -68,11 +96,26 @@ class LeaderStore:
     # The subscription and its parked messages ---------------------------------------------
 
     async def parked_messages(self) -> list[tuple[Message, datetime.datetime]]:
-        """Each parked message with its row's parked_at, which identifies that very row."""
-        cursor = await self._conn.execute(
-            QUERIES["read_parked_messages"], {"subscription": self._subscription}
-        )
-        return [(message_from_row(row[:-1]), row[-1]) for row in await cursor.fetchall()]
+        """Each parked message (of this shard) with its row's parked_at, which identifies that
+        very row."""
+        if self._sharded:
+            rows = await shard_reads.shard_parked_rows(
+                self._conn, self._subscription, self.lease.unit
+            )
+        else:
+            cursor = await self._conn.execute(
+                QUERIES["read_parked_messages"], {"subscription": self._subscription}
+            )
+            rows = await cursor.fetchall()
+        return [(message_from_row(row[:-1]), row[-1]) for row in rows]
+
+    # A change of the shard count ----------------------------------------------------------
+
+    async def shard_change_drained(self) -> bool:
+        return await shard_reads.shard_change_drained(self._conn, self._subscription)
+
+    async def finish_shard_change(self) -> bool:
+        return await shard_reads.finish_shard_change(self._conn, self._subscription)
 
     # Leadership ---------------------------------------------------------------------------
 
@@ -92,16 +135,17 @@ class LeaderStore:
     async def write_checkpoint(
         self, epoch: int, position: Position, runtime: dict[str, Any]
     ) -> bool:
-        """False when refused: fenced out, another epoch, or it would move backwards."""
-        cursor = await self._conn.execute(
-            QUERIES["write_checkpoint"],
-            {
-                **self.lease.query_parameters(),
-                "epoch": epoch,
-                **position.query_parameters(),
-                "runtime": json.dumps(runtime),
-            },
-        )
+        """False when refused: fenced out, another epoch, it would move backwards, or the
+        subscription's layout is no longer the one this term stores in."""
+        parameters = {
+            **self.lease.query_parameters(),
+            "epoch": epoch,
+            **position.query_parameters(),
+            "runtime": json.dumps(runtime),
+        }
+        if self._sharded:
+            return await shard_reads.write_shard_checkpoint(self._conn, parameters)
+        cursor = await self._conn.execute(QUERIES["write_checkpoint"], parameters)
         return await cursor.fetchone() is not None
 
     async def park(

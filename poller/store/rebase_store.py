@@ -2,10 +2,10 @@
 
 Every stored id is rewritten, in one transaction, to consecutive ids just below the rebase's
 own transaction id, so each is readable as soon as the transactions older than the rebase end:
-- ids restored from the dump first (messages, checkpoints, parked rows, consumer positions and
-  any other xid8 column of the outbox), in their old order, so every comparison between a
-  message and a checkpoint comes out as before: nothing delivered is delivered again, nothing
-  behind a checkpoint moves ahead of it;
+- ids restored from the dump first (messages, checkpoints, shard checkpoints and barriers,
+  parked rows, consumer positions and any other xid8 column of the outbox), in their old
+  order, so every comparison between a message and a checkpoint comes out as before: nothing
+  delivered is delivered again, nothing behind a checkpoint moves ahead of it;
 - then the ids of messages written in this cluster after the restore, in their order: they
   are newer than everything restored, so they follow it, after every checkpoint.
 Messages written here are told apart from restored ones by the row's xmin (see the
@@ -73,7 +73,10 @@ def _rewrite(conn: psycopg.Connection[Any], advanced: int) -> RebaseResult | int
         conn.execute(_composed("rebase_lock_table", table=sql.Identifier("outbox", table)))
     leaders = conn.execute(RESTORE_QUERIES["rebase_live_leaders"]).fetchall()
     if leaders:
-        named = ", ".join(f"{name!r} (pid {pid} on {host})" for name, host, pid in leaders)
+        named = ", ".join(
+            f"{name!r}{_shard_text(count, shard)} (pid {pid} on {host})"
+            for name, count, shard, host, pid in leaders
+        )
         raise RebaseRefusedError(f"a daemon leads {named}: stop every daemon, then rebase")
     last_restored = _scalar(conn, RESTORE_QUERIES["rebase_last_restored_position"])
     conn.execute(RESTORE_QUERIES["rebase_create_map"])
@@ -100,6 +103,11 @@ def _rewrite(conn: psycopg.Connection[Any], advanced: int) -> RebaseResult | int
         conn.execute(_composed("rebase_column", **identifiers))
     conn.execute(RESTORE_QUERIES["rebase_raise_epochs"])
     return RebaseResult(restored, ids - restored, rewritten, base, advanced)
+
+
+def _shard_text(shard_count: int, shard: int) -> str:
+    """A sharded subscription's leaders are one per shard: name which."""
+    return "" if shard_count == 1 else f" shard {shard}/{shard_count}"
 
 
 def _refuse_messages_written_among_restored(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from outbox.positions import Position
+from poller.membership import ONLY_SHARD, PLAIN_LAYOUT, Layout, ShardUnit
 from poller.subscription import SubscriptionSettings
 
 # Stored with a subscription that something other than the daemon consumes (the Spark
@@ -27,11 +28,16 @@ class SubscriptionRecord:
     epoch: int
     stored_settings: dict[str, Any]
     replay_requests: int
+    layout: Layout = PLAIN_LAYOUT
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> "SubscriptionRecord":
-        name, publication, transaction_id, position, epoch, settings, replays = row
-        return cls(name, publication, Position(transaction_id, position), epoch, settings, replays)
+        """The subscription's columns, then (where the query reads them) its layout's."""
+        name, publication, transaction_id, position, epoch, settings, replays = row[:7]
+        layout = layout_from_columns(*row[7:]) if len(row) > 7 else PLAIN_LAYOUT
+        return cls(
+            name, publication, Position(transaction_id, position), epoch, settings, replays, layout
+        )
 
     @property
     def settings(self) -> SubscriptionSettings:
@@ -42,6 +48,18 @@ class SubscriptionRecord:
         """Who consumes it: None for the daemon, "spark" for a Spark query's progress."""
         kind = self.stored_settings.get(KIND_KEY)
         return None if kind is None else str(kind)
+
+
+def layout_from_columns(
+    shard_count: int,
+    draining_shard_count: int | None,
+    barrier_transaction_id: int | None,
+    barrier_position: int | None,
+) -> Layout:
+    barrier = None
+    if barrier_transaction_id is not None and barrier_position is not None:
+        barrier = Position(barrier_transaction_id, barrier_position)
+    return Layout(shard_count, draining_shard_count, barrier)
 
 
 class SkipRequest(NamedTuple):
@@ -68,16 +86,18 @@ class LeaseState:
     settings: dict[str, Any]
     replay_requests: int
     skip_request: SkipRequest | None = None
+    layout: Layout = PLAIN_LAYOUT
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> "LeaseState":
-        epoch, transaction_id, position, settings, replay_requests, *skip = row
+        epoch, transaction_id, position, settings, replay_requests, *rest = row
         return cls(
             epoch,
             Position(transaction_id, position),
             settings,
             replay_requests,
-            SkipRequest.from_columns(*skip),
+            SkipRequest.from_columns(*rest[:3]),
+            layout_from_columns(*rest[3:]),
         )
 
 
@@ -88,7 +108,8 @@ def new_holder_id() -> str:
 
 @dataclass
 class Lease:
-    """Who asks to lead a subscription, and the fencing token once it does.
+    """Who asks to lead a shard of a subscription (the one shard of a plain one), and the
+    fencing token once it does.
 
     The holder id doubles as the connection's application_name, so a standby sees at once
     when the leader's session is gone (kill -9, lost connection) instead of waiting for the
@@ -98,6 +119,7 @@ class Lease:
     subscription_id: str
     holder: str
     ttl_seconds: float
+    unit: ShardUnit = ONLY_SHARD
     token: int | None = None
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
@@ -110,6 +132,8 @@ class Lease:
             "pid": self.pid,
             "ttl_seconds": self.ttl_seconds,
             "token": self.token,
+            "shard_count": self.unit.shard_count,
+            "shard": self.unit.shard,
         }
 
 

@@ -124,6 +124,8 @@ def zombie_checkpoint_write(url: str, lease: Leader, at: Position) -> bool:
                 "subscription": "sub",
                 "holder": lease.holder,
                 "token": lease.token,
+                "shard_count": 1,
+                "shard": 0,
                 "epoch": 0,
                 "transaction_id": str(at.transaction_id),
                 "position": at.position,

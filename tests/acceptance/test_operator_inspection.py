@@ -106,6 +106,7 @@ def test_json_of_status_and_subscriptions_has_the_documented_fields(database_url
     assert (status["checkpoint_transaction_id"], status["checkpoint_position"]) == (0, 0)
     assert (status["leader_alive"], status["leader_pid"]) == (False, None)
     assert (status["hidden_messages"], status["blockers"]) == (False, [])
+    assert (status["shards"], status["shards_led"], status["draining_shards"]) == (1, 0, None)
     assert status["oldest_undelivered_age_seconds"] >= 0
 
     (listed,) = json_of(database_url, "subscription", "list", "--json")
@@ -117,9 +118,17 @@ def test_json_of_status_and_subscriptions_has_the_documented_fields(database_url
         "checkpoint_position": 0,
         "epoch": 0,
         "settings": {"consumers": 3},
+        "shards": 1,
+        "draining_shards": None,
+        "shard_barrier": None,
+        "shard_barrier_transaction_id": None,
+        "shard_barrier_position": None,
     }
     shown = json_of(database_url, "subscription", "show", "billing", "--json")
     assert shown["effective_settings"]["consumers"] == 3
+    assert [
+        (s["shard"], s["shard_count"], s["messages_behind"]) for s in shown["shard_status"]
+    ] == [(0, 1, 1)]
     assert shown["effective_settings"]["strategy"] == "round-robin"
     assert Position.parse(shown["skip_requested_to"]) > Position(0, 0)
     assert "skip requested to" in outbox_succeeds(database_url, "subscription", "show", "billing")

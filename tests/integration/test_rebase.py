@@ -231,3 +231,137 @@ def test_rebase_of_a_database_never_restored_changes_nothing(database_url: str) 
         assert rebase(conn) is None
         assert _messages(conn) == before
         assert administration.get(conn, "sub").epoch == 0
+
+
+def _sharded_subscription(
+    conn: psycopg.Connection[Any],
+    name: str,
+    shard_count: int,
+    rows: dict[tuple[int, int], Position],
+    draining: tuple[int, Position] | None = None,
+    publication: str = "orders",
+) -> None:
+    """A sharded subscription stored directly, as a dump restores it (`subscription create`
+    and `seek` refuse ids from the future): its shard rows by (count, shard), the floor at
+    0:0, and a change of the count draining `draining[0]` shards up to `draining[1]`."""
+    barrier = None if draining is None else draining[1]
+    conn.execute(
+        "INSERT INTO outbox.subscriptions (subscription_id, publication_id,"
+        " last_processed_transaction_id, last_processed_position, shard_count,"
+        " draining_shard_count, shard_barrier_transaction_id, shard_barrier_position)"
+        " VALUES (%s, %s, '0', 0, %s, %s, %s::text::xid8, %s)",
+        [
+            name,
+            publication,
+            shard_count,
+            None if draining is None else draining[0],
+            None if barrier is None else str(barrier.transaction_id),
+            None if barrier is None else barrier.position,
+        ],
+    )
+    for (count, shard), at in rows.items():
+        conn.execute(
+            "INSERT INTO outbox.subscription_shards (subscription_id, shard_count, shard,"
+            " last_processed_transaction_id, last_processed_position)"
+            " VALUES (%s, %s, %s, %s::text::xid8, %s)",
+            [name, count, shard, str(at.transaction_id), at.position],
+        )
+
+
+def test_rebase_rewrites_shard_checkpoints_and_barriers_with_their_messages(
+    database_url: str,
+) -> None:
+    """Each shard checkpoint and the barrier of a change keep pointing at the same message, and
+    a shard checkpoint alone from the future (a publication without messages) is noticed."""
+    _restored_outbox(database_url)
+    with psycopg.connect(database_url) as conn:
+        order = [Position(*row) for row in _messages(conn)]
+        _sharded_subscription(
+            conn,
+            "sharded",
+            2,
+            {(1, 0): order[0], (2, 0): order[5], (2, 1): order[5]},
+            draining=(1, order[5]),
+        )
+        _sharded_subscription(
+            conn,
+            "elsewhere",
+            2,
+            {(2, 0): Position(0, 0), (2, 1): order[7]},
+            publication="payments",  # no messages: only its shard row holds a future id
+        )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for name in ("sharded", "elsewhere"):
+            with pytest.raises(RestoredDatabaseError, match=repr(name)):
+                ensure_not_restored(conn, name)
+        assert rebase(conn) is not None
+        for name in ("sharded", "elsewhere"):
+            ensure_not_restored(conn, name)
+        moved = conn.execute(
+            "SELECT sh.subscription_id, sh.shard_count, sh.shard,"
+            "       sh.last_processed_transaction_id = m.transaction_id"
+            " FROM outbox.subscription_shards AS sh"
+            " JOIN outbox.messages AS m ON m.position = sh.last_processed_position"
+            " ORDER BY 1, 2, 3"
+        ).fetchall()
+        barrier = conn.execute(
+            "SELECT s.shard_barrier_transaction_id = m.transaction_id, s.epoch"
+            " FROM outbox.subscriptions AS s"
+            " JOIN outbox.messages AS m ON m.position = s.shard_barrier_position"
+        ).fetchall()
+        after = [Position(*row) for row in _messages(conn)]
+    assert [at.position for at in after] == [at.position for at in order]
+    assert moved == [
+        ("elsewhere", 2, 1, True),
+        ("sharded", 1, 0, True),
+        ("sharded", 2, 0, True),
+        ("sharded", 2, 1, True),
+    ]
+    assert barrier == [(True, 1)]
+
+
+def test_rebase_is_refused_while_a_daemon_leads_a_shard_and_names_it(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True, application_name="shard-holder") as conn:
+        administration.create(conn, "sub", "orders", "start", {}, shards=2)
+        conn.execute(
+            "INSERT INTO outbox.subscription_leaders"
+            " (subscription_id, shard_count, shard, token, holder, host, pid, since, expires_at)"
+            " VALUES ('sub', 2, 1, 1, 'shard-holder', 'worker', 7, now(),"
+            "         clock_timestamp() + interval '1 hour')"
+        )
+        with pytest.raises(RebaseRefusedError, match=r"a daemon leads 'sub' shard 1/2 \(pid 7"):
+            rebase(conn)
+
+
+def test_messages_behind_a_shards_checkpoint_are_named_when_the_rebase_is_refused(
+    database_url: str,
+) -> None:
+    """A sharded subscription's floor can be far behind its shards: a misplaced message at or
+    behind its own shard's checkpoint is never delivered either. The new shards of a change
+    wait at the barrier, so what sorts before it is the old shards' to deliver, not passed."""
+    _restored_outbox(database_url, ahead=PASSABLE)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        highest = max(Position(*row) for row in _messages(conn))
+        written_here = [outbox.append(conn, "orders", "T", {"n": n}) for n in range(3)]
+        start = Position(0, 0)
+        _sharded_subscription(conn, "passed", 2, {(2, 0): highest, (2, 1): highest})
+        _sharded_subscription(
+            conn,
+            "waiting",
+            3,
+            {(2, 0): start, (2, 1): start, (3, 0): highest, (3, 1): highest, (3, 2): highest},
+            draining=(2, highest),
+        )
+        conn.execute(
+            sql.SQL(
+                "DO $$ BEGIN FOR i IN 1..{} LOOP PERFORM pg_current_xact_id(); COMMIT;"
+                " END LOOP; END $$"
+            ).format(sql.Literal(PASSABLE + max(OLD_IDS)))
+        )
+        with pytest.raises(RebaseRefusedError) as refused:
+            rebase(conn)
+    named = f"3 (positions {written_here[0]} to {written_here[-1]})"
+    assert str(refused.value).endswith(
+        f"Behind a checkpoint, so not delivered unless it is seeked back: 'passed' {named},"
+        f" 'sub' {named}"
+    )

@@ -22,6 +22,7 @@ from outbox.roles import role_names
 from poller import administration
 from poller.message import Message
 from poller.outcomes import ParkMessage
+from poller.shard_administration import change_shard_count
 from tests.support.cli import outbox_command, outbox_environment
 from tests.support.databases import PROJECT_ROOT, DatabaseFactory
 from tests.support.inprocess import running_daemon
@@ -119,7 +120,10 @@ def test_a_writer_cannot_read_messages_or_touch_anything_else(
 
 def test_a_writer_cannot_take_a_lease(database_url: str, writer_url: str) -> None:
     subscribe(database_url)
-    lease = {"subscription": "sub", "holder": "h", "host": "x", "pid": 1, "ttl_seconds": 60}
+    lease = {
+        **{"subscription": "sub", "holder": "h", "host": "x", "pid": 1, "ttl_seconds": 60},
+        **{"shard_count": 1, "shard": 0},
+    }
     assert refused(writer_url, QUERIES["acquire_leadership"], lease)
 
 
@@ -152,6 +156,39 @@ def test_a_poller_delivers_parks_checkpoints_and_leads(database_url: str, poller
         assert [row[0] for row in parked] == [poison]
         wait_for(lambda: delivered.count(poison) == 2)
     assert delivered[: len(positions)] == positions
+
+
+def test_a_poller_leads_shards_and_ends_a_change_of_their_count(
+    database_url: str, poller_url: str
+) -> None:
+    """Membership rows, shard checkpoints, the floor and the end of a change (its DELETE of
+    the old shards' rows, its UPDATE of the change's columns) are all the poller's."""
+    settings = {"checkpoint_after": 0.05, "min_checkpoint_count": 1}
+    with psycopg.connect(database_url) as conn:
+        administration.create(conn, "sub", "orders", "start", settings, shards=2)
+        first = [outbox.append(conn, "orders", "T", {}, partition_key=f"k{n}") for n in range(8)]
+    delivered: set[int] = set()
+
+    def drained() -> bool:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SELECT draining_shard_count FROM outbox.subscriptions").fetchone()
+            return row is not None and row[0] is None
+
+    with running_daemon(poller_url, ["sub"], lambda message: delivered.add(message.position)):
+        wait_for(lambda: delivered >= set(first))
+        with psycopg.connect(database_url) as conn:
+            change_shard_count(conn, "sub", 3)
+            second = [
+                outbox.append(conn, "orders", "T", {}, partition_key=f"k{n}") for n in range(8)
+            ]
+        wait_for(drained)
+        wait_for(lambda: delivered >= set(second))
+        wait_for(lambda: _checkpoint_position(database_url) >= min(second))
+    with psycopg.connect(database_url) as conn:
+        shards = conn.execute("SELECT shard_count FROM outbox.subscription_shards").fetchall()
+        members = conn.execute("SELECT count(*) FROM outbox.subscription_members").fetchone()
+    assert shards == [(3,)] * 3
+    assert members == (0,)  # a stopped daemon leaves the group
 
 
 def test_a_poller_runs_a_catch_up_subscription(database_url: str, poller_url: str) -> None:

@@ -1,0 +1,213 @@
+"""One subscription in a daemon process: this process's membership of the subscription's
+group, and a worker (worker.py) for each shard the assignment gives this process.
+
+Every `renew_every` the coordinator renews its membership, which returns the layout and the
+live members; poller.membership.assign deals the shards out. A shard given to this process
+gets a worker; a shard taken away has its worker stopped gracefully (its runs finished, its
+checkpoint written, its lease released), and the process it went to, which has been trying its
+lease meanwhile, takes it then. A process that stops leaves the group at once (SIGTERM); one
+that dies leaves when its membership runs out (the lease's time), and so do its leases.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from poller.daemon.handler_caller import HandlerCaller
+from poller.daemon.handlers import Handler
+from poller.daemon.log_context import SUBSCRIPTION
+from poller.daemon.metrics import SubscriptionMetrics
+from poller.daemon.notify_listener import NotifyListener
+from poller.daemon.options import DaemonOptions
+from poller.daemon.worker import NotPollableError, SubscriptionWorker, check_pollable
+from poller.membership import Layout, ShardUnit, assign
+from poller.message import Message
+from poller.store.leader_store import load_subscription
+from poller.store.membership_store import GroupState, leave_membership, renew_membership
+from poller.store.records import Lease, new_holder_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Shard:
+    """A shard this process runs: its worker, the worker's task, and its own stop."""
+
+    worker: SubscriptionWorker
+    caller: HandlerCaller
+    stop: asyncio.Event
+    task: "asyncio.Task[None]"
+
+
+class SubscriptionCoordinator:
+    def __init__(
+        self,
+        database_url: str,
+        subscription_id: str,
+        handler: Handler,
+        options: DaemonOptions,
+        notifications: NotifyListener,
+        metrics: SubscriptionMetrics,
+    ) -> None:
+        self._url = database_url
+        self._subscription_id = subscription_id
+        self._handler = handler
+        self._options = options
+        self._notifications = notifications
+        self._metrics = metrics
+        self._member = new_holder_id()
+        self._shards: dict[ShardUnit, _Shard] = {}
+        # Shards whose worker ended by itself (a fatal error, or the shard left the layout):
+        # not started again until the layout changes.
+        self._ended: set[ShardUnit] = set()
+        self._ended_under: Layout | None = None
+        # Messages whose handlers a graceful stop gave up waiting for, and the callers of
+        # stopped shards whose threads may still run some.
+        self.abandoned: list[Message] = []
+        self._closed_callers: list[HandlerCaller] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
+        conn: psycopg.AsyncConnection[Any] | None = None
+        try:
+            while not stop.is_set():
+                try:
+                    if conn is None:
+                        conn = await self._connect()
+                        if not await self._pollable(conn):
+                            return
+                    state = await self._renew(conn)
+                except psycopg.OperationalError as error:
+                    # Keep the shards: each worker watches its own lease and connections.
+                    log.warning("%s: cannot renew membership: %s", self._subscription_id, error)
+                    await _closed(conn)
+                    conn = None
+                else:
+                    if state is None:
+                        log.error(
+                            "%s: the subscription was deleted; its worker stops",
+                            self._subscription_id,
+                        )
+                        return
+                    self._follow(state, stop)
+                self._reap()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._options.renew_every)
+        finally:
+            # Leave first: the others start trying this process's leases now, and take each
+            # one the moment its shard's graceful stop releases it.
+            if conn is not None and not conn.closed:
+                with contextlib.suppress(psycopg.Error):
+                    await leave_membership(conn, self._subscription_id, self._member)
+            await _closed(conn)
+            await self._stop_all()
+
+    def running(self) -> list[Message]:
+        """Messages whose handlers still run on a thread (after a stop gave up on them)."""
+        callers = [shard.caller for shard in self._shards.values()] + self._closed_callers
+        return [message for caller in callers for message in caller.running()]
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(
+            self._url, autocommit=True, application_name=self._member
+        )
+
+    async def _pollable(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        lease = Lease(self._subscription_id, self._member, self._options.lease_seconds)
+        try:
+            check_pollable(self._subscription_id, await load_subscription(conn, lease))
+        except NotPollableError as error:
+            log.error("%s; its worker stops", error)
+            return False
+        return True
+
+    async def _renew(self, conn: psycopg.AsyncConnection[Any]) -> GroupState | None:
+        state = await renew_membership(
+            conn,
+            self._subscription_id,
+            self._member,
+            socket.gethostname(),
+            os.getpid(),
+            self._options.lease_seconds,
+        )
+        self._metrics.database_answered()
+        return state
+
+    def _follow(self, state: GroupState, stop: asyncio.Event) -> None:
+        """Start workers for the shards given to this process, stop the others'."""
+        if state.layout != self._ended_under:
+            self._ended.clear()
+        wanted = set(assign(state.layout, state.members, state.now).get(self._member, []))
+        for unit, shard in self._shards.items():
+            if unit not in wanted and not shard.stop.is_set():
+                log.info("%s: shard %s goes to another process", self._subscription_id, unit)
+                shard.stop.set()
+        for unit in sorted(wanted - self._shards.keys() - self._ended):
+            self._start(unit, stop)
+        self._ended_under = state.layout
+
+    def _start(self, unit: ShardUnit, stop: asyncio.Event) -> None:
+        # A caller (and thread pool) per shard: a shard's restart waits for its own handlers
+        # to be quiet, never for another shard's, which never are under load.
+        caller = HandlerCaller(self._handler, self._options.handler_threads)
+        worker = SubscriptionWorker(
+            self._url,
+            self._subscription_id,
+            caller,
+            self._options,
+            self._notifications,
+            self._metrics,
+            unit,
+        )
+        own_stop = asyncio.Event()
+        task = asyncio.create_task(
+            _run_until(worker, own_stop, stop), name=f"{self._subscription_id}:{unit}"
+        )
+        self._shards[unit] = _Shard(worker, caller, own_stop, task)
+
+    def _reap(self) -> None:
+        for unit, shard in list(self._shards.items()):
+            if not shard.task.done():
+                continue
+            del self._shards[unit]
+            self.abandoned += shard.worker.abandoned
+            shard.caller.close()
+            self._closed_callers.append(shard.caller)
+            if not shard.stop.is_set():
+                self._ended.add(unit)  # see __init__
+            if not shard.task.cancelled() and (error := shard.task.exception()) is not None:
+                log.error("%s: shard %s failed: %r", self._subscription_id, unit, error)
+
+    async def _stop_all(self) -> None:
+        for shard in self._shards.values():
+            shard.stop.set()
+        await asyncio.gather(
+            *(shard.task for shard in self._shards.values()), return_exceptions=True
+        )
+        for shard in self._shards.values():
+            shard.stop.set()  # so _reap does not count it as ended by itself
+        self._reap()
+
+
+async def _run_until(
+    worker: SubscriptionWorker, own_stop: asyncio.Event, stop: asyncio.Event
+) -> None:
+    """Run a shard's worker until its own stop or the process's is set."""
+    relay = asyncio.create_task(stop.wait())
+    relay.add_done_callback(lambda _: own_stop.set())
+    try:
+        await worker.run(own_stop)
+    finally:
+        relay.cancel()
+
+
+async def _closed(conn: psycopg.AsyncConnection[Any] | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(psycopg.Error):
+            await conn.close()

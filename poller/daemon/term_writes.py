@@ -1,0 +1,131 @@
+"""A term's writes, in the order the machine emitted them: parks, deletions of replayed
+parked rows, checkpoints, and the runtime figures that go out with them. Every one is fenced
+in SQL; a refused write asks the term to renew, which tells why (raises when the lease is lost,
+applies a seek, or ends the term when the shard layout changed)."""
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from outbox.positions import Position
+from outbox.storable_text import storable_text
+from poller.daemon.handler_caller import payload_message
+from poller.daemon.metrics import SubscriptionMetrics
+from poller.daemon.operator_requests import OperatorRequests
+from poller.store.leader_store import LeaderStore
+from poller.subscription import Command, Park, ReplayDone, SubscriptionMachine, WriteCheckpoint
+
+log = logging.getLogger(__name__)
+
+WriteCommand = Park | ReplayDone | WriteCheckpoint
+
+
+class TermWrites:
+    def __init__(
+        self,
+        subscription_id: str,
+        store: LeaderStore,
+        machine: SubscriptionMachine,
+        metrics: SubscriptionMetrics,
+        requests: OperatorRequests,
+        carry_out: Callable[[list[Command]], None],
+        renew: Callable[[], Awaitable[None]],
+        restart: Callable[[], None],
+    ) -> None:
+        self._subscription_id = subscription_id
+        self._store = store
+        self._machine = machine
+        self._metrics = metrics
+        self._requests = requests
+        self._carry_out = carry_out
+        self._renew = renew
+        self._restart = restart
+        self._runtime_written: dict[str, Any] | None = None
+        self._layout_changed = False  # see layout_changed
+
+    async def write(self, command: WriteCommand) -> None:
+        """Every write carries the epoch the machine issued it under, never the current one:
+        a checkpoint queued before a seek and stamped with the seek's epoch once undid it."""
+        if isinstance(command, WriteCheckpoint):
+            await self.write_checkpoint(command.position, command.epoch)
+        elif isinstance(command, Park):
+            await self._park(command)
+        else:
+            parked_at = self._requests.replayed_row(command.position)
+            if parked_at is None:
+                return  # every replay's row is recorded when it is read; nothing to delete
+            if not await self._store.unpark(command.position, parked_at):
+                await self._renew()  # fenced out: raises; else purged or parked anew meanwhile
+
+    async def _park(self, command: Park) -> None:
+        message = payload_message(command.envelope)
+        if command.replayed:
+            # Its row is updated (a new parked_at): the next replay request reads it again.
+            self._requests.replayed_row(message.at)
+        # A replay belongs to no epoch (replays outlive seeks); a stream park to its own.
+        epoch = None if command.replayed else command.epoch
+        attempts = await self._store.park(epoch, message, command.attempts, command.reason)
+        if attempts is None:
+            await self._renew()  # fenced out: raises; else a seek ended that epoch: dropped
+            return
+        self._metrics.parked()
+        log.warning(
+            "subscription %s parked %r after %d attempts in all: %s",
+            self._subscription_id,
+            message,
+            attempts,
+            storable_text(command.reason),
+            extra={"position": str(message.at), "message_id": message.message_id},
+        )
+        self._carry_out(self._machine.parked(message.at, command.epoch, time.monotonic()))
+
+    async def write_checkpoint(self, position: Position, epoch: int) -> bool:
+        """False when refused (the term renewed, and restarts if it still leads this epoch)."""
+        runtime = self._runtime()
+        if await self._store.write_checkpoint(epoch, position, runtime):
+            self._runtime_written = runtime
+            self._carry_out(self._machine.checkpoint_written(position, epoch, time.monotonic()))
+            return True
+        # Fenced out, the epoch moved under us (a seek), or the shard layout changed: a
+        # renewal tells which, and raises, applies the seek (whose own checkpoint write then
+        # follows) or ends the term.
+        self._layout_changed = False
+        await self._renew()
+        if not self._layout_changed and epoch == self._machine.epoch:
+            log.error(
+                "subscription %s: checkpoint %s refused although this process leads epoch"
+                " %s; the stored checkpoint is ahead of it. Restarting the term.",
+                self._subscription_id,
+                position,
+                epoch,
+            )
+            self._restart()
+        return False
+
+    def layout_changed(self) -> None:
+        """The term saw its shard layout change in a renewal: a refused write is explained."""
+        self._layout_changed = True
+
+    async def write_runtime_if_changed(self) -> bool:
+        """The runtime figures go out with each checkpoint; while no checkpoint moves (idle,
+        or a message stuck in flight) they would go stale, so they also follow a renewal.
+        False when fenced out."""
+        runtime = self._runtime()
+        if runtime != self._runtime_written:
+            if not await self._store.write_runtime(runtime):
+                return False
+            self._runtime_written = runtime
+        return True
+
+    def _runtime(self) -> dict[str, Any]:
+        machine = self._machine
+        return {
+            "consumers": machine.consumers,
+            "in_flight": sum(machine.in_flight_by_consumer.values()),
+            "in_flight_by_consumer": {str(k): v for k, v in machine.in_flight_by_consumer.items()},
+            "retry_queue": machine.retry_queue_length,
+            "buffered": machine.buffered_count,
+            "draining_keys": sorted(machine.draining_keys)[:100],
+            "destination_unavailable": machine.destination_problem,
+        }

@@ -1,0 +1,67 @@
+"""What operators read of where subscriptions stand: `outbox status`, and the shards
+`subscription show` lists (outbox.subscription_status, outbox.subscription_shard_status)."""
+
+import datetime
+from typing import Any, NamedTuple
+
+import psycopg
+
+from outbox.positions import Position
+from poller.administration import get
+from poller.store.admin_store import AdminStore
+from poller.store.records import Blocker
+from poller.store.shard_store import ShardLeadership, ShardStatus, shard_leadership, shard_statuses
+
+
+class SubscriptionStatus(NamedTuple):
+    subscription: str
+    publication: str
+    checkpoint: Position
+    messages_behind: int
+    oldest_undelivered_age: float | None
+    leader_host: str | None
+    leader_pid: int | None
+    leader_since: datetime.datetime | None
+    leader_alive: bool
+    # Committed messages the frontier still hides, and who holds it back (empty when the
+    # holders are not visible to this user).
+    hidden: bool
+    blockers: list[Blocker]
+    destination_unavailable: str | None
+    """Why the leader's handler cannot deliver now (a relay's broker is down), if it cannot."""
+    shards: ShardLeadership
+    """Its shard count (and the draining one) and how many of each a process leads."""
+
+
+def status(conn: psycopg.Connection[Any]) -> list[SubscriptionStatus]:
+    store = AdminStore(conn)
+    rows = store.status()
+    leadership = shard_leadership(conn)  # after: every subscription of `rows` but a deleted one
+    result = []
+    for row in rows:
+        name, publication, tx, pos, behind, age, host, pid, since, alive, hidden_tx, problem = row
+        blockers = [] if hidden_tx is None else store.blockers_before(hidden_tx)
+        result.append(
+            SubscriptionStatus(
+                name,
+                publication,
+                Position(tx, pos),
+                behind,
+                age,
+                host,
+                pid,
+                since,
+                alive,
+                hidden_tx is not None,
+                [Blocker(*blocker) for blocker in blockers],
+                problem,
+                leadership.get(name, ShardLeadership(1, None, 0, 0)),
+            )
+        )
+    return result
+
+
+def shards(conn: psycopg.Connection[Any], name: str) -> list[ShardStatus]:
+    """One line per shard of the subscription (one, shard 0 of 1, for a plain one), the
+    draining shards of a change of the count first."""
+    return shard_statuses(conn, [get(conn, name).subscription_id])

@@ -1,0 +1,107 @@
+"""The statements a shard's leader runs that a plain subscription's leader does not: its
+filtered read and parked set, its checkpoint and the subscription's floor, and the end of a
+change of the shard count. Loaded from sql/shard_queries.sql."""
+
+from typing import Any, NamedTuple
+
+import psycopg
+
+from outbox.positions import Position
+from outbox.queries import load_queries
+from poller.membership import ShardUnit
+from poller.message import Message
+from poller.store.message_reads import message_from_row
+
+SHARD_QUERIES = load_queries("shard_queries.sql")
+
+Connection = psycopg.AsyncConnection[Any]
+
+# A position past every real one: an undrained shard's read has no upper bound.
+UNBOUNDED = Position(2**63 - 1, 2**63 - 1)
+
+
+def _unit(unit: ShardUnit) -> dict[str, int]:
+    return {"shard_count": unit.shard_count, "shard": unit.shard}
+
+
+class ShardBatch(NamedTuple):
+    messages: list[Message]
+    last_safe: Position | None
+    """The publication's last message safe to read in the read's snapshot (up to `until`),
+    of any shard: after a short read the shard has nothing of its own up to it."""
+
+
+async def read_shard_batch(
+    conn: Connection,
+    publication: str,
+    unit: ShardUnit,
+    after: Position,
+    until: Position,
+    limit: int,
+) -> ShardBatch:
+    cursor = await conn.execute(
+        SHARD_QUERIES["read_shard_batch"],
+        {
+            "publication": publication,
+            **_unit(unit),
+            **after.query_parameters("after_"),
+            **until.query_parameters("until_"),
+            "limit": limit,
+        },
+        binary=True,
+    )
+    rows = await cursor.fetchall()
+    last_transaction_id, last_position = rows[0][:2]
+    last_safe = None if last_position is None else Position(last_transaction_id, last_position)
+    # A read of nothing is one row of null message columns.
+    messages = [message_from_row(row[2:]) for row in rows if row[2] is not None]
+    return ShardBatch(messages, last_safe)
+
+
+async def shard_parked_rows(
+    conn: Connection, subscription: str, unit: ShardUnit
+) -> list[tuple[Any, ...]]:
+    cursor = await conn.execute(
+        SHARD_QUERIES["read_shard_parked_messages"], {"subscription": subscription, **_unit(unit)}
+    )
+    return await cursor.fetchall()
+
+
+async def write_shard_checkpoint(conn: Connection, parameters: dict[str, Any]) -> bool:
+    """The shard's row (fenced, in the epoch), then the floor in a statement of its own."""
+    cursor = await conn.execute(SHARD_QUERIES["write_shard_checkpoint"], parameters)
+    if await cursor.fetchone() is None:
+        return False
+    await conn.execute(
+        SHARD_QUERIES["raise_shard_floor"], {"subscription": parameters["subscription"]}
+    )
+    return True
+
+
+async def shard_change_drained(conn: Connection, subscription: str) -> bool:
+    """Whether the old shards of a change are done (True when no change is draining)."""
+    cursor = await conn.execute(
+        SHARD_QUERIES["shard_change_drained"], {"subscription": subscription}
+    )
+    row = await cursor.fetchone()
+    return row is None or bool(row[0])
+
+
+async def finish_shard_change(conn: Connection, subscription: str) -> bool:
+    """End a drained change: drop the old shards' rows and the change (and, for a change to
+    one shard, the last row: the subscription is plain again). Re-checked under the row lock,
+    so two leaders finishing at once, or a finish racing a seek, do it once or not at all."""
+    parameters = {"subscription": subscription}
+    async with conn.transaction():
+        cursor = await conn.execute(SHARD_QUERIES["lock_subscription"], parameters)
+        row = await cursor.fetchone()
+        if row is None or row[1] is None:
+            return False  # deleted, or another leader finished it
+        if not await shard_change_drained(conn, subscription):
+            return False
+        await conn.execute(SHARD_QUERIES["drop_drained_shards"], parameters)
+        if row[0] == 1:
+            await conn.execute(SHARD_QUERIES["make_plain"], parameters)
+        else:
+            await conn.execute(SHARD_QUERIES["raise_shard_floor"], parameters)
+    return True

@@ -1,0 +1,54 @@
+"""What operators and the metrics read of a subscription's shards (sync psycopg), and the
+statements of the operator's shard commands (sql/shard_admin_queries.sql; AdminStore runs the
+writes)."""
+
+import datetime
+from typing import Any, NamedTuple
+
+import psycopg
+
+from outbox.positions import Position
+from outbox.queries import load_queries
+from poller.membership import ShardUnit
+
+SHARD_ADMIN_QUERIES = load_queries("shard_admin_queries.sql")
+
+
+class ShardStatus(NamedTuple):
+    """One row of outbox.subscription_shard_status."""
+
+    subscription: str
+    unit: ShardUnit
+    draining: bool
+    """A shard of the old count during a change of it: it delivers up to the barrier only."""
+    checkpoint: Position
+    messages_behind: int
+    leader_host: str | None
+    leader_pid: int | None
+    leader_since: datetime.datetime | None
+    leader_alive: bool
+
+
+def shard_statuses(conn: psycopg.Connection[Any], subscriptions: list[str]) -> list[ShardStatus]:
+    """The shards of `subscriptions`, by subscription, each one's draining shards first."""
+    rows = conn.execute(
+        SHARD_ADMIN_QUERIES["shard_status"], {"subscriptions": subscriptions}
+    ).fetchall()
+    return [
+        ShardStatus(name, ShardUnit(count, shard), draining, Position(tx, pos), *rest)
+        for name, count, shard, draining, tx, pos, *rest in rows
+    ]
+
+
+class ShardLeadership(NamedTuple):
+    """How many of a subscription's shards a live process leads."""
+
+    shard_count: int
+    draining_shard_count: int | None
+    led: int
+    draining_led: int
+
+
+def shard_leadership(conn: psycopg.Connection[Any]) -> dict[str, ShardLeadership]:
+    rows = conn.execute(SHARD_ADMIN_QUERIES["shard_leadership"]).fetchall()
+    return {name: ShardLeadership(*figures) for name, *figures in rows}

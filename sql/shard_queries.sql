@@ -1,0 +1,178 @@
+-- The statements of a shard's leader and of the processes sharing a sharded subscription (see
+-- docs/architecture.md, "Shards"). Same format as queries.sql.
+
+-- get_subscription_for_shard --
+-- One subscription as a shard's new term starts it: get_subscription's columns with the shard's own checkpoint (the subscription's when it is plain), then its shard layout.
+SELECT s.subscription_id, s.publication_id,
+       coalesce(sh.last_processed_transaction_id, s.last_processed_transaction_id)::text::bigint,
+       coalesce(sh.last_processed_position, s.last_processed_position),
+       s.epoch, s.settings, s.replay_requests,
+       s.shard_count, s.draining_shard_count,
+       s.shard_barrier_transaction_id::text::bigint, s.shard_barrier_position
+FROM outbox.subscriptions AS s
+LEFT JOIN outbox.subscription_shards AS sh
+       ON sh.subscription_id = s.subscription_id
+      AND sh.shard_count = %(shard_count)s AND sh.shard = %(shard)s
+WHERE s.subscription_id = %(subscription)s
+
+-- read_shard_batch --
+-- read_batch for one shard: the same snapshot-safe keyset read, only the shard's messages (outbox.message_shard), no further than `until` (a draining shard's barrier); every row, and one of null message columns when none is read, starts with the last message of the publication (any shard) safe to read in the same snapshot, up to `until`: after a short read, the shard has nothing of its own up to there.
+SELECT last.transaction_id::text::bigint, last.position, {{message_columns}}
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT l.transaction_id, l.position
+    FROM outbox.messages AS l
+    WHERE l.publication_id = %(publication)s
+      AND l.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+      AND (l.transaction_id, l.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
+    ORDER BY l.transaction_id DESC, l.position DESC
+    LIMIT 1
+) AS last ON true
+LEFT JOIN LATERAL (
+    SELECT * FROM outbox.messages AS m
+    WHERE m.publication_id = %(publication)s
+      AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+      AND (m.transaction_id, m.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
+      AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+      AND outbox.message_shard(m.partition_key, m.position, %(shard_count)s) = %(shard)s
+    ORDER BY m.transaction_id, m.position
+    LIMIT %(limit)s
+) AS m ON true
+ORDER BY m.transaction_id, m.position
+
+-- read_shard_parked_messages --
+-- read_parked_messages for one shard: the parked messages that belong to it under the current shard count.
+SELECT {{message_columns}}, p.parked_at
+FROM outbox.parked_messages AS p
+JOIN outbox.messages AS m ON m.position = p.position
+WHERE p.subscription_id = %(subscription)s
+  AND outbox.message_shard(m.partition_key, m.position, %(shard_count)s) = %(shard)s
+ORDER BY m.transaction_id, m.position
+
+-- write_shard_checkpoint --
+-- Moves one shard's checkpoint forward and records its leader's runtime, only for the shard's current leader (fencing token) in the current epoch; raise_shard_floor then moves the subscription's floor.
+WITH fenced AS (
+    UPDATE outbox.subscription_leaders AS l
+    SET runtime = %(runtime)s::jsonb, runtime_at = clock_timestamp()
+    WHERE l.subscription_id = %(subscription)s
+      AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
+      AND l.token = %(token)s AND l.holder = %(holder)s
+    RETURNING l.subscription_id
+)
+UPDATE outbox.subscription_shards AS sh
+SET last_processed_transaction_id = %(transaction_id)s::text::xid8,
+    last_processed_position = %(position)s,
+    updated_at = clock_timestamp()
+FROM fenced, outbox.subscriptions AS s
+WHERE sh.subscription_id = fenced.subscription_id
+  AND sh.shard_count = %(shard_count)s AND sh.shard = %(shard)s
+  AND s.subscription_id = sh.subscription_id AND s.epoch = %(epoch)s
+  AND (sh.last_processed_transaction_id, sh.last_processed_position)
+      <= (%(transaction_id)s::text::xid8, %(position)s::bigint)
+RETURNING 1
+
+-- raise_shard_floor --
+-- Moves a sharded subscription's checkpoint up to the lowest of its shards' (never down). A statement of its own after the shard's write: its snapshot sees every shard write committed before it, so the last of concurrent writers leaves the true floor.
+UPDATE outbox.subscriptions AS s
+SET last_processed_transaction_id = floor.transaction_id,
+    last_processed_position = floor.position,
+    updated_at = clock_timestamp()
+FROM (SELECT sh.last_processed_transaction_id AS transaction_id,
+             sh.last_processed_position AS position
+      FROM outbox.subscription_shards AS sh
+      WHERE sh.subscription_id = %(subscription)s
+      ORDER BY sh.last_processed_transaction_id, sh.last_processed_position
+      LIMIT 1) AS floor
+WHERE s.subscription_id = %(subscription)s
+  AND (s.last_processed_transaction_id, s.last_processed_position)
+      < (floor.transaction_id, floor.position)
+
+-- shard_change_drained --
+-- During a change of the shard count, whether the old shards are done: no old shard has a message at or before the barrier after its checkpoint, and no lease of another count taken before the change (unbounded) is alive. No row when no change is draining.
+SELECT NOT EXISTS (
+           SELECT FROM outbox.subscription_leaders AS l
+           WHERE l.subscription_id = s.subscription_id AND l.shard_count <> s.shard_count
+             AND NOT l.bounded AND l.expires_at > clock_timestamp())
+       AND NOT EXISTS (
+           SELECT FROM outbox.subscription_shards AS sh
+           WHERE sh.subscription_id = s.subscription_id
+             AND sh.shard_count = s.draining_shard_count
+             AND EXISTS (
+                 SELECT FROM outbox.messages AS m
+                 WHERE m.publication_id = s.publication_id
+                   AND (m.transaction_id, m.position)
+                       > (sh.last_processed_transaction_id, sh.last_processed_position)
+                   AND (m.transaction_id, m.position)
+                       <= (s.shard_barrier_transaction_id, s.shard_barrier_position)
+                   AND outbox.message_shard(m.partition_key, m.position, sh.shard_count)
+                       = sh.shard))
+FROM outbox.subscriptions AS s
+WHERE s.subscription_id = %(subscription)s AND s.draining_shard_count IS NOT NULL
+
+-- lock_subscription --
+-- Locks a subscription's row for a change of its shard layout (the end of a drain, a seek); returns its current count and the draining one.
+SELECT shard_count, draining_shard_count FROM outbox.subscriptions
+WHERE subscription_id = %(subscription)s
+FOR NO KEY UPDATE
+
+-- drop_drained_shards --
+-- Ends a drained change of the shard count: the old count's checkpoint rows go, and the subscription forgets the change.
+WITH dropped AS (
+    DELETE FROM outbox.subscription_shards AS sh
+    USING outbox.subscriptions AS s
+    WHERE s.subscription_id = %(subscription)s AND sh.subscription_id = s.subscription_id
+      AND sh.shard_count = s.draining_shard_count
+)
+UPDATE outbox.subscriptions
+SET draining_shard_count = NULL, shard_barrier_transaction_id = NULL,
+    shard_barrier_position = NULL, updated_at = clock_timestamp()
+WHERE subscription_id = %(subscription)s
+
+-- make_plain --
+-- After a change to one shard: its checkpoint becomes the subscription's own again, and its row goes.
+WITH dropped AS (
+    DELETE FROM outbox.subscription_shards
+    WHERE subscription_id = %(subscription)s AND shard_count = 1
+    RETURNING last_processed_transaction_id, last_processed_position
+)
+UPDATE outbox.subscriptions AS s
+SET last_processed_transaction_id = dropped.last_processed_transaction_id,
+    last_processed_position = dropped.last_processed_position
+FROM dropped
+WHERE s.subscription_id = %(subscription)s
+  AND (s.last_processed_transaction_id, s.last_processed_position)
+      <= (dropped.last_processed_transaction_id, dropped.last_processed_position)
+
+-- renew_membership --
+-- Keeps this process a member of a subscription's group (and forgets members gone for a minute); returns the subscription's shard layout, every member with when its membership runs out, and the database's clock, all as seconds since the epoch. No row when the subscription is gone.
+WITH mine AS (
+    INSERT INTO outbox.subscription_members AS m (subscription_id, member, host, pid, expires_at)
+    SELECT s.subscription_id, %(member)s, %(host)s, %(pid)s,
+           clock_timestamp() + %(ttl_seconds)s * interval '1 second'
+    FROM outbox.subscriptions AS s WHERE s.subscription_id = %(subscription)s
+    ON CONFLICT (subscription_id, member) DO UPDATE SET expires_at = excluded.expires_at
+    RETURNING extract(epoch FROM m.expires_at)::float8 AS expires_at
+),
+gone AS (
+    DELETE FROM outbox.subscription_members
+    WHERE subscription_id = %(subscription)s
+      AND expires_at < clock_timestamp() - interval '1 minute'
+)
+SELECT s.shard_count, s.draining_shard_count,
+       s.shard_barrier_transaction_id::text::bigint, s.shard_barrier_position,
+       array(SELECT m.member FROM outbox.subscription_members AS m
+             WHERE m.subscription_id = s.subscription_id AND m.member <> %(member)s
+             ORDER BY m.member),
+       array(SELECT extract(epoch FROM m.expires_at)::float8
+             FROM outbox.subscription_members AS m
+             WHERE m.subscription_id = s.subscription_id AND m.member <> %(member)s
+             ORDER BY m.member),
+       (SELECT expires_at FROM mine),
+       extract(epoch FROM clock_timestamp())::float8
+FROM outbox.subscriptions AS s
+WHERE s.subscription_id = %(subscription)s
+
+-- leave_membership --
+-- A process that stops leaves its subscription's group at once, so the others take its shards without waiting for its membership to run out.
+DELETE FROM outbox.subscription_members
+WHERE subscription_id = %(subscription)s AND member = %(member)s
