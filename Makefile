@@ -32,5 +32,9 @@ test: lint
 test-fast: install
 	$(UV) run --locked pytest -m "not slow and not spark" $(PYTEST_ARGS)
 
+# Every group, or those named: `make bench BENCH_ARGS=shards` runs bench/shards_bench.py alone
+# (OUTBOX_BENCH_SHARDS_MESSAGES=10000 shrinks its drains for a smoke run).
+BENCH_ARGS ?=
+
 bench: install
-	$(UV) run --locked python -m bench
+	$(UV) run --locked python -m bench $(BENCH_ARGS)

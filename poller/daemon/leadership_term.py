@@ -23,6 +23,7 @@ from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.operator_requests import OperatorRequests
 from poller.daemon.options import DaemonOptions
+from poller.daemon.other_shards import OtherShards
 from poller.daemon.poll_interval import AdaptiveInterval
 from poller.daemon.runs import Run
 from poller.daemon.self_fence import SelfFence
@@ -118,12 +119,15 @@ class LeadershipTerm:
         self.abandoned: list[Message] = []
         # Set when the term ends: deliveries still queued for a handler thread must not start.
         self._over = False
+        # Set when a graceful stop begins: no delivery is handed to a consumer from then on.
+        self._stopping = False
         self._end_term = asyncio.Event()
         # Set when the buffer has room for a worthwhile read (see _read_loop).
         self._room = asyncio.Event()
         self._interval = AdaptiveInterval(
             options.poll_interval_min, options.poll_interval_max, options.hidden_recheck
         )
+        self._others = OtherShards(notifications, record.publication)
         self._hidden = HiddenRows(store, record.subscription_id, record.publication, options)
 
     async def run(self) -> None:
@@ -192,24 +196,14 @@ class LeadershipTerm:
             if batch:
                 envelopes = [Envelope(m.at, m.partition_key, m) for m in batch]
                 self._carry_out(self.machine.messages_read(envelopes, epoch, time.monotonic()))
-            if len(batch) < want:
-                self._pass_other_shards()
-            hidden = len(batch) < want and await self._hidden.watch(after, batch)
+            short = len(batch) < want
+            self._carry_out(
+                self._others.after_read(self._store.last_safe, self.machine, short=short)
+            )
+            hidden = short and await self._hidden.watch(after, batch)
             delay = self._interval.next_delay(found_messages=bool(batch), hidden_messages=hidden)
             if delay:
                 await self._notifications.wait(publication, delay)
-
-    def _pass_other_shards(self) -> None:
-        """After a short read a shard has nothing of its own up to the publication's last
-        safe message then: with nothing unfinished, its checkpoint moves there, so a shard
-        whose keys are quiet does not hold the floor (and with it retention) back."""
-        last_safe, machine = self._store.last_safe, self.machine
-        if (
-            last_safe is not None
-            and last_safe > machine.checkpoint
-            and machine.checkpoint == machine.next_read_position
-        ):
-            self._carry_out(machine.admin_skip_to(last_safe, time.monotonic()))
 
     def _wake_reader_if_room(self) -> None:
         if self.machine.read_wanted() >= self._worthwhile_read() or not self.machine.buffered_count:
@@ -223,7 +217,11 @@ class LeadershipTerm:
     def _carry_out(self, commands: list[Command]) -> None:
         for command in commands:
             if isinstance(command, Deliver):
-                self._consumers.push(command)
+                # Stopping: a retry falling due now would start after the wait for idle
+                # handlers, and run on past the final checkpoint and the lease's release.
+                # Left unstarted, it stays after the checkpoint for the next leader.
+                if not self._stopping:
+                    self._consumers.push(command)
             else:
                 self._writes.put_nowait(command)
 
@@ -356,6 +354,7 @@ class LeadershipTerm:
         self, reader: asyncio.Task[None], ticker: asyncio.Task[None], writer: asyncio.Task[None]
     ) -> None:
         """Stop reading, let handlers in flight finish (bounded), write the final checkpoint."""
+        self._stopping = True
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader

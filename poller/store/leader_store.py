@@ -63,6 +63,7 @@ class LeaderStore:
         # A shard's last read: the publication's last message safe to read then (see
         # shard_reads.ShardBatch); None for a plain subscription, whose reads see them all.
         self.last_safe: Position | None = None
+        self._oldest_hidden: int | None = None  # a shard's, read with its last read
         if layout.draining(lease.unit) and layout.barrier is not None:
             self._until = layout.barrier
 
@@ -75,10 +76,15 @@ class LeaderStore:
             self._read_conn, publication, self.lease.unit, after, self._until, limit
         )
         self.last_safe = batch.last_safe
+        self._oldest_hidden = batch.oldest_hidden
         return batch.messages
 
     async def oldest_hidden_transaction(self, publication: str, after: Position) -> int | None:
-        """The oldest committed transaction after `after` that the safe frontier still hides."""
+        """The oldest committed transaction after `after` that the safe frontier still hides.
+        A shard's read brought it along (its poll is one round trip, not two: each shard of N
+        polls as often as one reader of all its messages would)."""
+        if self._sharded:
+            return self._oldest_hidden
         cursor = await self._read_conn.execute(
             QUERIES["oldest_hidden_transaction"],
             {"publication": publication, **after.query_parameters("after_")},

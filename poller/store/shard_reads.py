@@ -29,6 +29,8 @@ class ShardBatch(NamedTuple):
     last_safe: Position | None
     """The publication's last message safe to read in the read's snapshot (up to `until`),
     of any shard: after a short read the shard has nothing of its own up to it."""
+    oldest_hidden: int | None
+    """The oldest committed transaction after the read's start that the frontier hides."""
 
 
 async def read_shard_batch(
@@ -51,11 +53,11 @@ async def read_shard_batch(
         binary=True,
     )
     rows = await cursor.fetchall()
-    last_transaction_id, last_position = rows[0][:2]
+    last_transaction_id, last_position, oldest_hidden = rows[0][:3]
     last_safe = None if last_position is None else Position(last_transaction_id, last_position)
     # A read of nothing is one row of null message columns.
-    messages = [message_from_row(row[2:]) for row in rows if row[2] is not None]
-    return ShardBatch(messages, last_safe)
+    messages = [message_from_row(row[3:]) for row in rows if row[3] is not None]
+    return ShardBatch(messages, last_safe, oldest_hidden)
 
 
 async def shard_parked_rows(

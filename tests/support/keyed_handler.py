@@ -80,6 +80,9 @@ class Delivery(NamedTuple):
     finished_at: float | None
     outcome: str | None
     recorded_at: Any  # the database's clock when the start row went in
+    # The same start and end on CLOCK_MONOTONIC: comparable across processes exactly.
+    started_monotonic: float
+    finished_monotonic: float | None
 
     @property
     def at(self) -> tuple[int, int]:
@@ -104,7 +107,8 @@ def read_deliveries(url: str) -> list[Delivery]:
         probe(url)
         .execute(
             "SELECT id, pid, thread, partition_key, position, transaction_id, delivery_attempt,"
-            " started_at, finished_at, outcome, recorded_at FROM deliveries ORDER BY id"
+            " started_at, finished_at, outcome, recorded_at, started_monotonic,"
+            " finished_monotonic FROM deliveries ORDER BY id"
         )
         .fetchall()
     )

@@ -5,6 +5,7 @@ import dataclasses
 import itertools
 import random
 import threading
+import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 
@@ -137,7 +138,9 @@ class ContinuousWriter:
 
 class KeyedWriter:
     """Threads appending several messages with random keys per transaction, until stopped or
-    `cap` messages are written; one transaction in ten rolls back. Use as a context manager."""
+    `cap` messages are written; one transaction in ten rolls back. With `commit_delay`, each
+    transaction waits up to that long after its appends before it commits, so commits land
+    out of position order (as the demo's writers do). Use as a context manager."""
 
     def __init__(
         self,
@@ -149,11 +152,13 @@ class KeyedWriter:
         interval: float,
         seed: int,
         threads: int = 2,
+        commit_delay: float = 0.0,
     ) -> None:
         self.url = url
         self.publication = publication
         self.keys = keys
         self.cap = cap
+        self.commit_delay = commit_delay
         self.written = Written()
         self._count = 0
         self._lock = threading.Lock()
@@ -214,6 +219,8 @@ class KeyedWriter:
                 positions: list[int] = []
                 with conn.transaction() as transaction:
                     positions = outbox.append_many(conn, self.publication, messages)
+                    if self.commit_delay:
+                        time.sleep(rng.uniform(0, self.commit_delay))
                     if rolled_back:
                         raise psycopg.Rollback(transaction)
                 self.written.add(positions, committed=not rolled_back)
