@@ -183,6 +183,9 @@ class SubscriptionCoordinator:
                 self._ended.add(unit)  # see __init__
             if not shard.task.cancelled() and (error := shard.task.exception()) is not None:
                 log.error("%s: shard %s failed: %r", self._subscription_id, unit, error)
+        # Kept only while a handler thread of theirs still runs: shards move many times over a
+        # long-lived process, and each stopped one would otherwise stay here for good.
+        self._closed_callers = [c for c in self._closed_callers if c.running()]
 
     async def _stop_all(self) -> None:
         for shard in self._shards.values():

@@ -320,7 +320,7 @@ class LeadershipTerm:
     def _mode(self, layout: Layout) -> tuple[bool, bool, bool]:
         """What of the layout this term's reads and writes depend on: whether its shard is in
         it, whether checkpoints are per shard, and whether its reads stop at the barrier."""
-        return (self._unit in layout.units(), not layout.plain, layout.draining(self._unit))
+        return (layout.has(self._unit), not layout.plain, layout.draining(self._unit))
 
     async def _wait_for_old_shards(self) -> None:
         """Wait until every shard of the old count has finished all its messages up to the

@@ -87,7 +87,7 @@ class SubscriptionWorker:
                         return
                     LEADER_TOKEN.set(self._lease.token)
                     record = await self._load(conn)
-                    if self._lease.unit not in record.layout.units():
+                    if not record.layout.has(self._lease.unit):
                         # The shard count changed since the coordinator looked: not ours.
                         await LeaderStore(conn, conn, self._lease, record.layout).release()
                         return

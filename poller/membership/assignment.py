@@ -44,6 +44,12 @@ class Layout:
             counts.insert(0, self.draining_shard_count)
         return [ShardUnit(count, shard) for count in counts for shard in range(count)]
 
+    def has(self, unit: ShardUnit) -> bool:
+        """Whether `unit` is one of this layout's shards (draining or current)."""
+        return unit.shard_count in (self.shard_count, self.draining_shard_count) and (
+            0 <= unit.shard < unit.shard_count
+        )
+
     def draining(self, unit: ShardUnit) -> bool:
         return unit.shard_count == self.draining_shard_count
 

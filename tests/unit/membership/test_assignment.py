@@ -70,3 +70,11 @@ def test_every_shard_has_one_leader_balanced_and_the_result_depends_only_on_who_
     # Later renewals (new expiry times, another order): nothing moves.
     renewed = [Member(m.member, m.expires_at + 5 if m.member in live else NOW) for m in shuffled]
     assert assign(layout, renewed, NOW + 1) == shares
+
+
+def test_a_layout_has_exactly_the_shards_it_deals() -> None:
+    layout = Layout(3, draining_shard_count=2, barrier=Position(10, 5))
+    candidates = [ShardUnit(count, shard) for count in range(1, 5) for shard in range(5)]
+    assert [u for u in candidates if layout.has(u)] == sorted(layout.units())
+    assert Layout(1).has(ShardUnit(1, 0))
+    assert not Layout(1).has(ShardUnit(2, 0))
