@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from operations.demo.workload import WorkloadShape
-from outbox.positions import Position
+from outbox.positions import START, Position
 from tests.support import brokers
 from tests.support.broker_streams import DESTINATIONS, Destination
 from tests.support.cli import outbox_command
@@ -169,9 +169,12 @@ def test_a_broker_unreachable_for_10_s_parks_nothing_and_resumes(
                 )
                 while time.monotonic() - outage_began < 10:
                     time.sleep(0.5)
-                    # The checkpoint passes nothing unconfirmed: the broker holds where it is.
+                    # The checkpoint passes nothing unconfirmed: the broker holds where it is
+                    # (or it is still at the start, when the outage cut the first run short
+                    # before its outcomes came back: it passes nothing then either).
                     stored = {entry[0] for entry in destination.read()}
-                    assert str(stored_checkpoint(database_url, "sub")) in stored
+                    checkpoint = stored_checkpoint(database_url, "sub")
+                    assert checkpoint == START or str(checkpoint) in stored
                 assert parked(database_url) == 0
                 proxy.accept()
                 written = workload.stop()
