@@ -118,7 +118,8 @@ class RedisTarget:
             args.append(str(len(items)))
             args += items
         try:
-            missing = await asyncio.wait_for(self._run(keys, args), self._timeout)
+            async with asyncio.timeout(self._timeout):
+                missing = await self._run(keys, args)
         except (TimeoutError, redis.exceptions.TimeoutError) as error:
             await self.close()
             raise BrokerUnavailable(

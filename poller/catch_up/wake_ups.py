@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 
 from outbox.names import NOTIFY_CHANNEL
+from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,7 @@ class WakeUps:
 
     async def wait(self, timeout: float) -> None:
         """Until a NOTIFY for the publication arrives, or `timeout` seconds."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout)
+        await wait_event(self._event, timeout)
         self._event.clear()
 
     async def _listen(self) -> None:

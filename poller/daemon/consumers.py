@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from poller.daemon.pacing import Pacer
 from poller.daemon.runs import Run, withdrawn
 from poller.subscription import Deliver, Outcome
+from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +96,7 @@ class Consumer:
         deadline = loop.time() + wait
         while len(self.queue) < limit and (left := deadline - loop.time()) > 0:
             self._work.clear()
-            try:
-                await asyncio.wait_for(self._work.wait(), left)
-            except TimeoutError:
+            if not await wait_event(self._work, left):
                 return
 
     async def _slot(self) -> None:
@@ -192,11 +191,7 @@ class Consumers:
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until every delivery pushed has ended; False if some still run after timeout."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._idle, timeout)
 
     def watch(self) -> tuple[list[Outcome], list[list[int]]]:
         """On each tick: the outcomes running runs recorded since the last one, and the

@@ -31,6 +31,7 @@ from poller.message import Message
 from poller.store.leader_store import load_subscription
 from poller.store.membership_store import GroupState, leave_membership, renew_membership
 from poller.store.records import Lease, new_holder_id
+from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,7 @@ class SubscriptionCoordinator:
                         return
                     self._follow(state, stop)
                 self._reap()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self._options.renew_every)
+                await wait_event(stop, self._options.renew_every)
         finally:
             # Leave first: the others start trying this process's leases now, and take each
             # one the moment its shard's graceful stop releases it.

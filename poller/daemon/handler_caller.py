@@ -19,6 +19,7 @@ from poller.daemon.pacing import Turns
 from poller.daemon.runs import HANDLER_REQUESTS, MayStart, Run, outcome_of
 from poller.message import Message
 from poller.subscription import Deliver, Envelope, Outcome, OutcomeKind
+from poller.waits import wait_event
 
 _ACKED = OutcomeKind.ACKED
 
@@ -153,11 +154,7 @@ class HandlerCaller:
                 return True
             # A thread that ends after this line schedules set() behind this coroutine's step.
             self._quiet.clear()
-        try:
-            await asyncio.wait_for(self._quiet.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._quiet, timeout)
 
     def close(self) -> None:
         if self._pool is not None:

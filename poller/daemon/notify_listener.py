@@ -5,7 +5,6 @@ down, adaptive polling still finds every message, so its failures are logged, no
 """
 
 import asyncio
-import contextlib
 import logging
 from collections import defaultdict
 from typing import Any
@@ -15,6 +14,7 @@ from psycopg import sql
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from outbox.names import NOTIFY_CHANNEL
+from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +27,7 @@ class NotifyListener:
 
     async def wait(self, publication: str, timeout: float) -> None:
         event = self._events[publication]
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+        await wait_event(event, timeout)
         event.clear()
 
     def wake(self, publication: str) -> None:

@@ -5,7 +5,6 @@ the others find it taken and skip their turn. `outbox prune` runs the same pass 
 """
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,7 @@ import psycopg
 from poller.daemon.options import DaemonOptions
 from poller.store import retention_store
 from poller.store.retention_store import MessagePartition, RetiredPartition
+from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +69,7 @@ async def run_retention(database_url: str, options: DaemonOptions, stop: asyncio
             )
         else:
             _log_pass(done)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), options.retention_interval)
+        await wait_event(stop, options.retention_interval)
 
 
 def _pass_on_new_connection(database_url: str, options: DaemonOptions) -> RetentionPass:

@@ -9,7 +9,6 @@ checkpoint are delivered again: at-least-once).
 """
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
@@ -31,6 +30,7 @@ from poller.store.leader_store import LeaderStore, load_subscription, try_acquir
 from poller.store.message_reads import prepare_reader_async
 from poller.store.records import Lease, SubscriptionRecord, new_holder_id
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored_async
+from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +130,7 @@ class SubscriptionWorker:
                 log.exception(
                     "%s: worker failed; starting again in %.0f s", self._subscription_id, pause
                 )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), pause)
+                await wait_event(stop, pause)
             if not await self._caller.wait_quiet(self._options.shutdown_timeout):
                 log.warning(
                     "%s: handlers of the last term still run after %.0f s; going on",
@@ -179,10 +178,7 @@ class SubscriptionWorker:
             if not announced:
                 log.info("%s has a leader; standing by", self._name)
                 announced = True
-            try:
-                await asyncio.wait_for(stop.wait(), self._options.standby_poll)
-            except TimeoutError:
-                continue
+            await wait_event(stop, self._options.standby_poll)
         return None
 
     async def _load(self, conn: psycopg.AsyncConnection[Any]) -> SubscriptionRecord:
