@@ -904,4 +904,16 @@ BEGIN
 END
 $grant$;
 
+-- The reader (0007) runs `outbox status`, `subscription list` and `subscription show` (0014).
+DO $grant$
+DECLARE
+    prefix text := coalesce(nullif(current_setting('outbox.role_prefix', true), ''), 'outbox');
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = prefix || '_reader') THEN
+        EXECUTE format('GRANT SELECT ON outbox.subscriptions, outbox.retention_status TO %I',
+                       prefix || '_reader');
+    END IF;
+END
+$grant$;
+
 COMMIT;

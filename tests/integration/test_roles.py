@@ -393,3 +393,32 @@ def test_migrate_refuses_a_bad_role_prefix_in_one_line_and_changes_nothing(
         assert migrations.current_revision(url) is None
     finally:
         database_factory.drop(url)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(("status",), id="status"),
+        pytest.param(("status", "--json"), id="status-json"),
+        pytest.param(("subscription", "show", "sub"), id="show"),
+        pytest.param(("subscription", "list"), id="subscription-list"),
+    ],
+)
+def test_a_reader_runs_the_inspection_commands(
+    database_url: str, reader_url: str, command: tuple[str, ...]
+) -> None:
+    subscribe(database_url)
+    with psycopg.connect(database_url) as conn:
+        administration.create(conn, "sharded", "orders", "start", {}, shards=3)
+    done = outbox_command(command, reader_url)
+    assert done.returncode == 0, f"outbox {' '.join(command)}:\n{done.stdout}{done.stderr}"
+    assert "sub" in done.stdout
+
+
+def test_a_reader_cannot_list_parked_messages_which_show_their_data(
+    database_url: str, reader_url: str
+) -> None:
+    subscribe(database_url)
+    done = outbox_command(("parked", "list", "sub"), reader_url)
+    assert done.returncode == 1
+    assert "permission denied for table messages" in done.stderr
