@@ -15,37 +15,28 @@ down_revision = "0013"
 branch_labels = None
 depends_on = None
 
-GRANTS = """
--- The reader (0007) runs `outbox status`, `subscription list` and `subscription show` (0014).
-DO $grant$
-DECLARE
-    prefix text := coalesce(nullif(current_setting('outbox.role_prefix', true), ''), 'outbox');
-BEGIN
-    IF EXISTS (SELECT FROM pg_roles WHERE rolname = prefix || '_reader') THEN
-        EXECUTE format('GRANT SELECT ON outbox.subscriptions, outbox.retention_status TO %I',
-                       prefix || '_reader');
-    END IF;
-END
-$grant$;
-"""
+TABLES = "outbox.subscriptions, outbox.retention_status"
 
-REVOKES = """
-DO $revoke$
+
+def _for_reader(statement: str) -> str:
+    """`statement`, its role a %I, run for the reader role (0007) where it exists."""
+    return f"""
+-- The reader (0007) runs `outbox status`, `subscription list` and `subscription show` (0014).
+DO $privileges$
 DECLARE
     prefix text := coalesce(nullif(current_setting('outbox.role_prefix', true), ''), 'outbox');
 BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = prefix || '_reader') THEN
-        EXECUTE format('REVOKE SELECT ON outbox.subscriptions, outbox.retention_status FROM %I',
-                       prefix || '_reader');
+        EXECUTE format('{statement}', prefix || '_reader');
     END IF;
 END
-$revoke$;
+$privileges$;
 """
 
 
 def upgrade() -> None:
-    op.execute(GRANTS)
+    op.execute(_for_reader(f"GRANT SELECT ON {TABLES} TO %I"))
 
 
 def downgrade() -> None:
-    op.execute(REVOKES)
+    op.execute(_for_reader(f"REVOKE SELECT ON {TABLES} FROM %I"))
