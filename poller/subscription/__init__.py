@@ -14,7 +14,8 @@ README); commands out: `Deliver`, `Park`, `ReplayDone`, `WriteCheckpoint`, each 
 epoch it was issued in. Modules: settings, envelope, commands,
 tracking (message and delivery records), ledger (checkpoint), checkpoint_batching, consumer_pool
 (capacity; round-robin and dispatch-to-single picks), key_queues (pinned), retry_timer,
-timeouts (deadlines and overrunning calls), strict_order (one slot's walk), machine.
+timeouts (deadlines and overrunning calls), strict_order (one slot's walk), message_flow
+(the steps every event shares: outcomes, retries, dispatch), machine (the events).
 
 Semantics chosen:
 - epochs on writes: WriteCheckpoint, Park and ReplayDone carry the epoch they were issued in,
