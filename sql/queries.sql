@@ -46,6 +46,20 @@ WHERE m.publication_id = %(publication)s
 ORDER BY m.transaction_id, m.position
 LIMIT %(limit)s
 
+-- read_leader_batch --
+-- read_batch for a subscription's leader, each row led by the publication's retired-up-to mark (outbox.retired_positions; null when nothing was retired), read once per statement and in its snapshot: a leader whose read starts below it would skip what retention dropped, and stops instead. No row when nothing is read, which skips nothing: the first read that finds rows past a hole brings the mark along before any is delivered.
+SELECT (SELECT r.transaction_id::text::bigint FROM outbox.retired_positions AS r
+        WHERE r.publication_id = %(publication)s),
+       (SELECT r.position FROM outbox.retired_positions AS r
+        WHERE r.publication_id = %(publication)s),
+       {{message_columns}}
+FROM outbox.messages AS m
+WHERE m.publication_id = %(publication)s
+  AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+  AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY m.transaction_id, m.position
+LIMIT %(limit)s
+
 -- read_batch_with_retired --
 -- read_batch for a catch-up subscription, with the publication's retired-up-to mark (outbox.retired_positions) in every row, and in one row of null message columns when nothing is read: one statement, so it locks outbox.messages before taking its snapshot and sees a retirement's drop and mark together or neither.
 SELECT r.transaction_id::text::bigint, r.position, {{message_columns}}

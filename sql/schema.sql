@@ -285,8 +285,8 @@ $$;
 
 -- What keeps the partition taking [first_position, end_position) from being retired, the
 -- first reason found (no row: nothing): 'unfilled' (positions still to be handed out),
--- 'subscription' or 'spark' (a subscription whose checkpoint has not passed one of its
--- messages there), 'consumer' (an outbox.consumer_positions row behind one of them), 'parked'
+-- 'subscription' or 'spark' (a subscription whose checkpoint, or one of whose shards'
+-- checkpoints, has not passed one of its messages there), 'consumer' (an outbox.consumer_positions row behind one of them), 'parked'
 -- (a parked message there), 'minimum age' (a message appended less than minimum_age ago; not
 -- checked when minimum_age is null). held_since: when the oldest message held was appended
 -- (the parking time for 'parked', the newest message's for 'minimum age').
@@ -305,10 +305,20 @@ BEGIN
     SELECT CASE WHEN s.settings ->> 'kind' = 'spark' THEN 'spark' ELSE 'subscription' END,
            s.subscription_id, first_held.appended_at
     FROM outbox.subscriptions AS s,
+         -- A sharded subscription's own checkpoint is its floor, which its shards' leaders
+         -- raise after their own writes: held at the lowest shard checkpoint itself too, so a
+         -- floor written late or wrong never lets a partition go before every shard passed it.
+         LATERAL (SELECT c.transaction_id, c.position
+                  FROM (SELECT s.last_processed_transaction_id, s.last_processed_position
+                        UNION ALL
+                        SELECT sh.last_processed_transaction_id, sh.last_processed_position
+                        FROM outbox.subscription_shards AS sh
+                        WHERE sh.subscription_id = s.subscription_id)
+                       AS c (transaction_id, position)
+                  ORDER BY c.transaction_id, c.position LIMIT 1) AS held_at,
          LATERAL (SELECT m.appended_at FROM outbox.messages AS m
                   WHERE m.publication_id = s.publication_id
-                    AND (m.transaction_id, m.position)
-                        > (s.last_processed_transaction_id, s.last_processed_position)
+                    AND (m.transaction_id, m.position) > (held_at.transaction_id, held_at.position)
                     AND m.position >= first_position AND m.position < end_position
                   ORDER BY m.transaction_id, m.position LIMIT 1) AS first_held
     ORDER BY first_held.appended_at, s.subscription_id

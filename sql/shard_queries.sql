@@ -16,10 +16,12 @@ LEFT JOIN outbox.subscription_shards AS sh
 WHERE s.subscription_id = %(subscription)s
 
 -- read_shard_batch --
--- read_batch for one shard: the same snapshot-safe keyset read, only the shard's messages (outbox.message_shard), no further than `until` (a draining shard's barrier); every row, and one of null message columns when none is read, starts with two figures of the same snapshot: the last message of the publication (any shard) safe to read, up to `until` (after a short read, the shard has nothing of its own up to there), and the oldest committed transaction after `after` that the frontier still hides (oldest_hidden_transaction's answer, without its own round trip).
-SELECT last.transaction_id::text::bigint, last.position, hidden.transaction_id::text::bigint,
+-- read_batch for one shard: the same snapshot-safe keyset read, only the shard's messages (outbox.message_shard), no further than `until` (a draining shard's barrier); every row, and one of null message columns when none is read, starts with the publication's retired-up-to mark (read_batch_with_retired's, in the read's own snapshot) and two figures of the same snapshot: the last message of the publication (any shard) safe to read, up to `until` (after a short read, the shard has nothing of its own up to there), and the oldest committed transaction after `after` that the frontier still hides (oldest_hidden_transaction's answer, without its own round trip).
+SELECT r.transaction_id::text::bigint, r.position,
+       last.transaction_id::text::bigint, last.position, hidden.transaction_id::text::bigint,
        {{message_columns}}
 FROM (SELECT 1) AS one
+LEFT JOIN outbox.retired_positions AS r ON r.publication_id = %(publication)s
 LEFT JOIN LATERAL (
     -- One bound on transaction_id, not a row comparison with `after` as well: the index scan
     -- then starts at the frontier, not at `after`, which trails it by every other shard's
@@ -63,7 +65,16 @@ ORDER BY m.transaction_id, m.position
 
 -- write_shard_checkpoint --
 -- Moves one shard's checkpoint forward and records its leader's runtime, only for the shard's current leader (fencing token) in the current epoch; raise_shard_floor then moves the subscription's floor.
-WITH fenced AS (
+WITH in_epoch AS (
+    -- FOR SHARE, not a join: a seek holds this row while it moves every shard, and a write
+    -- that waits for it must see the seek's epoch. Joined unlocked, the row would be judged as
+    -- the write first saw it, and after the wait PostgreSQL re-checks only the shard row: an
+    -- old epoch's checkpoint then landed on top of the seek's.
+    SELECT s.subscription_id FROM outbox.subscriptions AS s
+    WHERE s.subscription_id = %(subscription)s AND s.epoch = %(epoch)s
+    FOR SHARE
+),
+fenced AS (
     UPDATE outbox.subscription_leaders AS l
     SET runtime = %(runtime)s::jsonb, runtime_at = clock_timestamp()
     WHERE l.subscription_id = %(subscription)s
@@ -75,16 +86,16 @@ UPDATE outbox.subscription_shards AS sh
 SET last_processed_transaction_id = %(transaction_id)s::text::xid8,
     last_processed_position = %(position)s,
     updated_at = clock_timestamp()
-FROM fenced, outbox.subscriptions AS s
+FROM fenced, in_epoch
 WHERE sh.subscription_id = fenced.subscription_id
+  AND sh.subscription_id = in_epoch.subscription_id
   AND sh.shard_count = %(shard_count)s AND sh.shard = %(shard)s
-  AND s.subscription_id = sh.subscription_id AND s.epoch = %(epoch)s
   AND (sh.last_processed_transaction_id, sh.last_processed_position)
       <= (%(transaction_id)s::text::xid8, %(position)s::bigint)
 RETURNING 1
 
 -- raise_shard_floor --
--- Moves a sharded subscription's checkpoint up to the lowest of its shards' (never down). A statement of its own after the shard's write: its snapshot sees every shard write committed before it, so the last of concurrent writers leaves the true floor.
+-- Moves a sharded subscription's checkpoint up to the lowest of its shards' (never down), in the epoch of the shard write before it. A statement of its own after the shard's write: its snapshot sees every shard write committed before it, so the last of concurrent writers leaves the true floor. The epoch: a floor read before a seek and written after it (the update waited for the seek's lock, then re-checked only this row) would stand above the shards the seek moved back, and retention would drop what they have yet to deliver.
 UPDATE outbox.subscriptions AS s
 SET last_processed_transaction_id = floor.transaction_id,
     last_processed_position = floor.position,
@@ -95,7 +106,7 @@ FROM (SELECT sh.last_processed_transaction_id AS transaction_id,
       WHERE sh.subscription_id = %(subscription)s
       ORDER BY sh.last_processed_transaction_id, sh.last_processed_position
       LIMIT 1) AS floor
-WHERE s.subscription_id = %(subscription)s
+WHERE s.subscription_id = %(subscription)s AND s.epoch = %(epoch)s
   AND (s.last_processed_transaction_id, s.last_processed_position)
       < (floor.transaction_id, floor.position)
 
@@ -122,8 +133,8 @@ FROM outbox.subscriptions AS s
 WHERE s.subscription_id = %(subscription)s AND s.draining_shard_count IS NOT NULL
 
 -- lock_subscription --
--- Locks a subscription's row for a change of its shard layout (the end of a drain, a seek); returns its current count and the draining one.
-SELECT shard_count, draining_shard_count FROM outbox.subscriptions
+-- Locks a subscription's row for a change of its shard layout (the end of a drain, a seek); returns its current count, the draining one and its epoch.
+SELECT shard_count, draining_shard_count, epoch FROM outbox.subscriptions
 WHERE subscription_id = %(subscription)s
 FOR NO KEY UPDATE
 

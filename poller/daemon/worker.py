@@ -10,6 +10,7 @@ checkpoint are delivered again: at-least-once).
 
 import asyncio
 import logging
+import shlex
 import time
 from typing import Any
 
@@ -30,6 +31,7 @@ from poller.store.leader_store import LeaderStore, load_subscription, try_acquir
 from poller.store.message_reads import prepare_reader_async
 from poller.store.records import Lease, SubscriptionRecord, new_holder_id
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored_async
+from poller.store.retired_positions import RetiredPositionError
 from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
@@ -121,6 +123,19 @@ class SubscriptionWorker:
                 return
             except (NotPollableError, RestoredDatabaseError) as error:
                 log.error("%s; its worker stops", error)
+                return
+            except RetiredPositionError as error:
+                # Reading on would skip what retention dropped: stop where an operator sees it
+                # rather than deliver around a hole (catch-up subscriptions raise it too).
+                log.error(
+                    "%s stops: %s. Nothing after %s is delivered until an operator decides:"
+                    " `outbox seek %s --to %s` accepts the loss, then restart `outbox poll`",
+                    self._name,
+                    error,
+                    error.after,
+                    shlex.quote(self._subscription_id),
+                    error.mark,
+                )
                 return
             except Exception:
                 # A bug, not the subscription's fault: no single failure may stop delivery for

@@ -20,8 +20,9 @@ from outbox.storable_text import storable_text
 from poller.membership import PLAIN_LAYOUT, Layout
 from poller.message import Message
 from poller.store import shard_reads
-from poller.store.message_reads import message_from_row, read_batch_async
+from poller.store.message_reads import message_from_row
 from poller.store.records import Lease, LeaseState, SkipRequest, SubscriptionRecord
+from poller.store.retired_positions import read_leader_batch_async
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -70,8 +71,10 @@ class LeaderStore:
     # Reads, on the read connection --------------------------------------------------------
 
     async def read_batch(self, publication: str, after: Position, limit: int) -> list[Message]:
+        """Raises RetiredPositionError when retention retired messages after `after` (the
+        publication's mark, read in the same snapshot): loudly, where reading on would skip."""
         if not self._sharded:
-            return await read_batch_async(self._read_conn, publication, after, limit)
+            return await read_leader_batch_async(self._read_conn, publication, after, limit)
         batch = await shard_reads.read_shard_batch(
             self._read_conn, publication, self.lease.unit, after, self._until, limit
         )

@@ -51,6 +51,20 @@ def lock_against_retirement(conn: psycopg.Connection[Any]) -> None:
     conn.execute(QUERIES["lock_messages_against_retirement"])
 
 
+async def read_leader_batch_async(
+    conn: psycopg.AsyncConnection[Any], publication: str, after: Position, limit: int
+) -> list[Message]:
+    """read_batch for a leader, refused with RetiredPositionError when retention has retired
+    messages after `after` and the read found some of what follows them (one cheap statement:
+    a read of nothing skips nothing, the next read that finds rows is refused)."""
+    parameters = {"publication": publication, **after.query_parameters("after_"), "limit": limit}
+    cursor = await conn.execute(QUERIES["read_leader_batch"], parameters, binary=True)
+    rows = await cursor.fetchall()
+    if rows:
+        check_not_retired(publication, after, *rows[0][:2])
+    return [message_from_row(row[2:]) for row in rows]
+
+
 async def read_batch_checked_async(
     conn: psycopg.AsyncConnection[Any], publication: str, after: Position, limit: int
 ) -> list[Message]:
@@ -59,9 +73,17 @@ async def read_batch_checked_async(
     parameters = {"publication": publication, **after.query_parameters("after_"), "limit": limit}
     cursor = await conn.execute(QUERIES["read_batch_with_retired"], parameters, binary=True)
     rows = await cursor.fetchall()
-    mark_transaction_id, mark_position = rows[0][:2]
-    if mark_transaction_id is not None:
-        mark = Position(mark_transaction_id, mark_position)
-        if after < mark:
-            raise RetiredPositionError(publication, after, mark)
+    check_not_retired(publication, after, *rows[0][:2])
     return [message_from_row(row[2:]) for row in rows if row[2] is not None]
+
+
+def check_not_retired(
+    publication: str, after: Position, mark_transaction_id: int | None, mark_position: int | None
+) -> None:
+    """Raise RetiredPositionError when a read after `after` found the mark (read in its own
+    snapshot, null when nothing was retired) past it."""
+    if mark_transaction_id is None or mark_position is None:
+        return
+    mark = Position(mark_transaction_id, mark_position)
+    if after < mark:
+        raise RetiredPositionError(publication, after, mark)

@@ -11,6 +11,7 @@ from outbox.queries import load_queries
 from poller.membership import ShardUnit
 from poller.message import Message
 from poller.store.message_reads import message_from_row
+from poller.store.retired_positions import check_not_retired
 
 SHARD_QUERIES = load_queries("shard_queries.sql")
 
@@ -53,10 +54,11 @@ async def read_shard_batch(
         binary=True,
     )
     rows = await cursor.fetchall()
-    last_transaction_id, last_position, oldest_hidden = rows[0][:3]
+    check_not_retired(publication, after, *rows[0][:2])
+    last_transaction_id, last_position, oldest_hidden = rows[0][2:5]
     last_safe = None if last_position is None else Position(last_transaction_id, last_position)
     # A read of nothing is one row of null message columns.
-    messages = [message_from_row(row[3:]) for row in rows if row[3] is not None]
+    messages = [message_from_row(row[5:]) for row in rows if row[5] is not None]
     return ShardBatch(messages, last_safe, oldest_hidden)
 
 
@@ -75,7 +77,8 @@ async def write_shard_checkpoint(conn: Connection, parameters: dict[str, Any]) -
     if await cursor.fetchone() is None:
         return False
     await conn.execute(
-        SHARD_QUERIES["raise_shard_floor"], {"subscription": parameters["subscription"]}
+        SHARD_QUERIES["raise_shard_floor"],
+        {"subscription": parameters["subscription"], "epoch": parameters["epoch"]},
     )
     return True
 
@@ -105,5 +108,5 @@ async def finish_shard_change(conn: Connection, subscription: str) -> bool:
         if row[0] == 1:
             await conn.execute(SHARD_QUERIES["make_plain"], parameters)
         else:
-            await conn.execute(SHARD_QUERIES["raise_shard_floor"], parameters)
+            await conn.execute(SHARD_QUERIES["raise_shard_floor"], {**parameters, "epoch": row[2]})
     return True
