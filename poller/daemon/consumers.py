@@ -189,9 +189,9 @@ class Consumers:
         if not any(c.runs or c.queue for c in self._consumers.values()):
             self._idle.set()
 
-    async def wait_idle(self, timeout: float) -> bool:
-        """Wait until every delivery pushed has ended; False if some still run after timeout."""
-        return await wait_event(self._idle, timeout)
+    async def wait_idle(self) -> None:
+        """Wait until every delivery pushed has ended."""
+        await self._idle.wait()
 
     def watch(self) -> tuple[list[Outcome], list[list[int]]]:
         """On each tick: the outcomes running runs recorded since the last one, and the

@@ -68,9 +68,7 @@ class SubscriptionCoordinator:
         # not started again until the layout changes.
         self._ended: set[ShardUnit] = set()
         self._ended_under: Layout | None = None
-        # Messages whose handlers a graceful stop gave up waiting for, and the callers of
-        # stopped shards whose threads may still run some.
-        self.abandoned: list[Message] = []
+        # The callers of stopped shards whose threads may still run a handler (see running).
         self._closed_callers: list[HandlerCaller] = []
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -109,7 +107,8 @@ class SubscriptionCoordinator:
             await self._stop_all()
 
     def running(self) -> list[Message]:
-        """Messages whose handlers still run on a thread (after a stop gave up on them)."""
+        """Messages whose handlers still run on a thread now: after the process's stop, those
+        its shutdown timeout gave up on (nothing that has returned since)."""
         callers = [shard.caller for shard in self._shards.values()] + self._closed_callers
         return [message for caller in callers for message in caller.running()]
 
@@ -176,7 +175,6 @@ class SubscriptionCoordinator:
             if not shard.task.done():
                 continue
             del self._shards[unit]
-            self.abandoned += shard.worker.abandoned
             shard.caller.close()
             self._closed_callers.append(shard.caller)
             if not shard.stop.is_set():
@@ -205,7 +203,7 @@ async def _run_until(
     relay = asyncio.create_task(stop.wait())
     relay.add_done_callback(lambda _: own_stop.set())
     try:
-        await worker.run(own_stop)
+        await worker.run(own_stop, stop)
     finally:
         relay.cancel()
 

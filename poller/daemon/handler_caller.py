@@ -9,6 +9,7 @@ import inspect
 import logging
 import threading
 import time
+from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -19,7 +20,6 @@ from poller.daemon.pacing import Turns
 from poller.daemon.runs import HANDLER_REQUESTS, MayStart, Run, outcome_of
 from poller.message import Message
 from poller.subscription import Deliver, Envelope, Outcome, OutcomeKind
-from poller.waits import wait_event
 
 _ACKED = OutcomeKind.ACKED
 
@@ -147,14 +147,22 @@ class HandlerCaller:
             for command in current[0]
         ]
 
-    async def wait_quiet(self, timeout: float) -> bool:
-        """Wait until no handler thread runs; False if some still do after `timeout`."""
+    async def wait_quiet(self, stop: asyncio.Event, timeout: float) -> bool:
+        """Wait until no handler thread runs; False if some still do when `stop` is set or
+        after `timeout`."""
         with self._running_lock:
             if not self._running:
                 return True
             # A thread that ends after this line schedules set() behind this coroutine's step.
             self._quiet.clear()
-        return await wait_event(self._quiet, timeout)
+        quiet = asyncio.ensure_future(self._quiet.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({quiet, stopped}, timeout=timeout, return_when=FIRST_COMPLETED)
+        finally:
+            quiet.cancel()
+            stopped.cancel()
+        return self._quiet.is_set()
 
     def close(self) -> None:
         if self._pool is not None:

@@ -57,8 +57,11 @@ class LeadershipTerm:
         options: DaemonOptions,
         notifications: NotifyListener,
         stop: asyncio.Event,
+        shutdown: asyncio.Event,
         metrics: SubscriptionMetrics,
     ) -> None:
+        """`stop` ends the term gracefully (its shard moves away, or the process stops);
+        `shutdown` says the process stops, which bounds the wait for handler calls."""
         self._store = store
         self._metrics = metrics
         self._fence = fence
@@ -67,6 +70,7 @@ class LeadershipTerm:
         self._options = options
         self._notifications = notifications
         self._stop = stop
+        self._shutdown = shutdown
         self._settings = record.settings
         self._stored_settings = record.stored_settings
         batch = caller.batch
@@ -115,8 +119,6 @@ class LeadershipTerm:
         # Settings other than the consumer count changed: end this term gracefully and let
         # the worker start a new one with a machine built for the new settings.
         self.restart_requested = False
-        # Messages whose handlers did not finish within the shutdown timeout (graceful stop).
-        self.abandoned: list[Message] = []
         # Set when the term ends: deliveries still queued for a handler thread must not start.
         self._over = False
         # Set when a graceful stop begins: no delivery is handed to a consumer from then on.
@@ -311,7 +313,8 @@ class LeadershipTerm:
             return
         # A draining shard replays nothing (the new shards own every parked message), nor
         # does a new one before the old ones are done: the request waits for it.
-        if self._barrier_passed and not state.layout.draining(self._unit):
+        # Nor does a stopping term: it delivers nothing more, and the request would be gone.
+        if self._barrier_passed and not state.layout.draining(self._unit) and not self._stopping:
             await self._requests.replay_if_requested(state)
         await self._requests.skip_if_requested(state)
 
@@ -353,20 +356,19 @@ class LeadershipTerm:
     async def _finish_gracefully(
         self, reader: asyncio.Task[None], ticker: asyncio.Task[None], writer: asyncio.Task[None]
     ) -> None:
-        """Stop reading, let handlers in flight finish (bounded), write the final checkpoint."""
+        """Stop reading, hand back what has not started, let the calls in flight return, write
+        the final checkpoint and release the lease (kept when calls still run: see
+        _wait_for_calls)."""
         self._stopping = True
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
-        if not await self._consumers.wait_idle(self._options.shutdown_timeout):
-            self._watch_runs(time.monotonic())  # what the stuck runs finished before
-            self.abandoned = [payload_message(c.envelope) for c in self._consumers.delivering()]
-            log.error(
-                "subscription %s: handlers still running after %g s, stopping without them: %s",
-                self._record.subscription_id,
-                self._options.shutdown_timeout,
-                ", ".join(map(repr, self.abandoned)) or "none in flight (queued for a thread)",
-            )
+        # Only calls already running are waited for: the rest is after the final checkpoint,
+        # for the next term, and a slow handler's queue would otherwise hold the stop for a
+        # call per message.
+        if unstarted := self._consumers.take_out(lambda _: True):
+            self._report(unstarted)
+        returned = await self._wait_for_calls(ticker)
         ticker.cancel()
         writes_done = asyncio.ensure_future(self._writes.join())
         try:
@@ -378,5 +380,57 @@ class LeadershipTerm:
         final = self.machine.final_checkpoint()
         if final is not None:
             await self._term_writes.write_checkpoint(final.position, final.epoch)
-        await self._store.release()
+        if returned:
+            await self._store.release()
         log.info("stopped %s at %s", self._record.subscription_id, self.machine.checkpoint)
+
+    async def _wait_for_calls(self, ticker: asyncio.Task[None]) -> bool:
+        """Wait for the handler calls in flight; False when some still run at the end.
+
+        While the process runs on (its shard moves to another process, or the term restarts
+        for new settings or a new shard count) they take as long as they take: this process
+        keeps the lease, renewed by the ticker, so no other term starts their keys beside
+        them, and only losing the lease (the ticker raises LeadershipLost: this process fences
+        itself) ends the wait early. Once the process stops they get --shutdown-timeout; a
+        call still running then cannot be stopped, so the lease is not released but left to
+        expire, after the process has exited (a successor that takes it over waits out what
+        it had left, see self_fence.py)."""
+        idle = asyncio.ensure_future(self._consumers.wait_idle())
+        shutdown = asyncio.ensure_future(self._shutdown.wait())
+        try:
+            while not idle.done() and not shutdown.done():
+                done, _ = await asyncio.wait(
+                    {idle, shutdown, ticker},
+                    timeout=self._options.shutdown_timeout,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if ticker in done:
+                    ticker.result()  # it only ends by raising: the lease is lost
+                if not done:
+                    log.warning(
+                        "%s: waiting for handler calls to return before the term ends"
+                        " (the lease stays with this process meanwhile): %s",
+                        self._record.subscription_id,
+                        ", ".join(map(repr, self._calls_in_flight())),
+                    )
+            if not idle.done():
+                await asyncio.wait({idle, ticker}, timeout=self._options.shutdown_timeout)
+                if ticker.done():
+                    ticker.result()
+        finally:
+            idle.cancel()
+            shutdown.cancel()
+        if idle.done():
+            return True
+        self._watch_runs(time.monotonic())  # what the stuck runs finished before
+        log.error(
+            "subscription %s: handlers still running after %g s, stopping without them (the"
+            " lease is left to expire): %s",
+            self._record.subscription_id,
+            self._options.shutdown_timeout,
+            ", ".join(map(repr, self._calls_in_flight())) or "none in flight (queued for a thread)",
+        )
+        return False
+
+    def _calls_in_flight(self) -> list[Message]:
+        return [payload_message(c.envelope) for c in self._consumers.delivering()]

@@ -77,7 +77,7 @@ async def run_daemon(
                 log.warning("closing after the daemon stopped failed", exc_info=True)
         if server is not None:
             server.stop()
-    unfinished = {m.at: m for coordinator in coordinators for m in coordinator.abandoned}
-    unfinished |= {m.at: m for coordinator in coordinators for m in coordinator.running()}
+    # Only what runs now: a call a shard move or an earlier term waited for has returned.
+    unfinished = {m.at: m for coordinator in coordinators for m in coordinator.running()}
     log.info("poller stopped")
     return list(unfinished.values())

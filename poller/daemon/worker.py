@@ -26,7 +26,6 @@ from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.self_fence import SelfFence
 from poller.membership import ONLY_SHARD, ShardUnit
-from poller.message import Message
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
 from poller.store.message_reads import prepare_reader_async
 from poller.store.records import Lease, SubscriptionRecord, new_holder_id
@@ -74,10 +73,10 @@ class SubscriptionWorker:
         # How the logs name it: a shard only where there are several.
         self._name = subscription_id if unit == ONLY_SHARD else f"{subscription_id} shard {unit}"
         self._failures = 0
-        # Messages whose handlers a graceful stop gave up waiting for (see LeadershipTerm).
-        self.abandoned: list[Message] = []
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, shutdown: asyncio.Event) -> None:
+        """Until `stop` (the shard moves away, or the process stops; `shutdown` says which:
+        see LeadershipTerm)."""
         SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
         while not stop.is_set():
             LEADER_TOKEN.set(None)
@@ -103,11 +102,11 @@ class SubscriptionWorker:
                             self._options,
                             self._notifications,
                             stop,
+                            shutdown,
                             self._metrics,
                         )
                         await session.run()
                     self._failures = 0
-                    self.abandoned += session.abandoned
                     if not session.restart_requested:
                         return
             except LeadershipLost:
@@ -146,12 +145,21 @@ class SubscriptionWorker:
                     "%s: worker failed; starting again in %.0f s", self._subscription_id, pause
                 )
                 await wait_event(stop, pause)
-            if not await self._caller.wait_quiet(self._options.shutdown_timeout):
-                log.warning(
-                    "%s: handlers of the last term still run after %.0f s; going on",
-                    self._subscription_id,
-                    self._options.shutdown_timeout,
-                )
+            await self._wait_for_last_calls(stop)
+
+    async def _wait_for_last_calls(self, stop: asyncio.Event) -> None:
+        """A term that ended abruptly (its lease lost, its connection cut) leaves its handler
+        calls running on their threads, and a thread cannot be stopped: the next term of this
+        shard in this process would start their keys beside them, so it waits for them (the
+        worker ends at once when stopped: the coordinator keeps count of what still runs)."""
+        while not await self._caller.wait_quiet(stop, self._options.shutdown_timeout):
+            if stop.is_set():
+                return
+            log.warning(
+                "%s: handlers of the last term still run; the next term waits for them: %s",
+                self._name,
+                ", ".join(map(repr, self._caller.running())),
+            )
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         async for attempt in AsyncRetrying(

@@ -23,8 +23,9 @@ HOLD_LIMIT_SECONDS = 60.0
 def create_gate_tables(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            "CREATE TABLE gated (position bigint NOT NULL, partition_key text,"
-            " started_monotonic double precision NOT NULL, finished_monotonic double precision)"
+            "CREATE TABLE gated (id bigint GENERATED ALWAYS AS IDENTITY, position bigint NOT NULL,"
+            " partition_key text, started_monotonic double precision NOT NULL,"
+            " finished_monotonic double precision)"
         )
         conn.execute("CREATE TABLE gate_open (position bigint PRIMARY KEY)")
 
@@ -47,10 +48,12 @@ def gated_rows(url: str) -> dict[int, list[tuple[float, float | None]]]:
 
 def handle(message: Message) -> None:
     conn = thread_connection()
-    conn.execute(
-        "INSERT INTO gated VALUES (%s, %s, %s, NULL)",
+    row = conn.execute(
+        "INSERT INTO gated (position, partition_key, started_monotonic) VALUES (%s, %s, %s)"
+        " RETURNING id",
         (message.position, message.partition_key, time.monotonic()),
-    )
+    ).fetchone()
+    assert row is not None
     data: Any = message.data
     if isinstance(data, dict) and data.get("hold"):
         deadline = time.monotonic() + HOLD_LIMIT_SECONDS
@@ -60,6 +63,5 @@ def handle(message: Message) -> None:
                 raise TimeoutError(f"gate of {message.position} never opened")
             time.sleep(0.02)
     conn.execute(
-        "UPDATE gated SET finished_monotonic = %s WHERE position = %s",
-        (time.monotonic(), message.position),
+        "UPDATE gated SET finished_monotonic = %s WHERE id = %s", (time.monotonic(), row[0])
     )

@@ -200,9 +200,12 @@ async def test_a_handler_thread_outliving_its_cancelled_run_is_waited_for() -> N
     await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
     delivery.cancel()  # the term ended; the thread runs on
     assert [message.position for message in caller.running()] == [1]
-    assert not await caller.wait_quiet(0.1)
+    stop = asyncio.Event()
+    assert not await caller.wait_quiet(stop, 0.1)
+    stop.set()
+    assert not await caller.wait_quiet(stop, 5)  # a stop ends the wait at once
     release.set()
-    assert await caller.wait_quiet(5)
+    assert await caller.wait_quiet(asyncio.Event(), 5)
     caller.close()
 
 
