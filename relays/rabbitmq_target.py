@@ -31,6 +31,7 @@ from aio_pika.exceptions import (
 )
 from aiormq.exceptions import ChannelAccessRefused
 
+from outbox.database_url import mask_password
 from outbox.positions import Position
 from poller.message import Message
 from relays import fields
@@ -205,8 +206,7 @@ class RabbitMqTarget:
         except (AuthenticationError, ProbableAuthenticationError):  # RabbitMQ's 403 is "probable"
             raise BrokerUnavailable(
                 "refused",
-                f"RabbitMQ at {self._address} refused the login of user"
-                f" {self._url.username or 'guest'!r} (check the user name and password)",
+                f"RabbitMQ at {self._address} refused the login (check the user name and password)",
             ) from None
         except InvalidFrameError as error:
             if "OpenOk" not in str(error):
@@ -216,7 +216,7 @@ class RabbitMqTarget:
             raise BrokerUnavailable(
                 "missing",
                 f"RabbitMQ at {self._address}: virtual host {self._vhost!r} does not exist or"
-                f" user {self._url.username or 'guest'!r} has no access to it",
+                " the user has no access to it",
             ) from None
 
     async def _prepare(
@@ -317,9 +317,9 @@ class RabbitMqTarget:
         )
 
     def _scrubbed(self, text: str) -> str:
-        """Library text with the password masked, should a client ever quote its URL."""
+        """Library text with the password masked, should a client ever quote it or its URL."""
         password = self._url.password
-        return text.replace(password, "***") if password else text
+        return mask_password(text.replace(password, "***") if password else text)
 
 
 def _amqp_message(message: Message) -> aio_pika.Message:

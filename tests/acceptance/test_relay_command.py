@@ -19,6 +19,12 @@ from tests.support.cli import outbox_command
             "routing_key",
         ),
         ("http://127.0.0.1:1/hook?secret_env=OUTBOX_TEST_UNSET_SECRET", "OUTBOX_TEST_UNSET_SECRET"),
+        # Passwords with an unencoded '/' or '@', and a token: never read as a host or shown.
+        ("redis://user:pa/s3cret@127.0.0.1/0?stream=x&y=1", "unknown parameter 'y'"),
+        ("amqp://u:s3cret/x@h:5672/v?exchange=e&z=1", "unknown parameter 'z'"),
+        ("nats://user:p@s3cret@127.0.0.1:4222?subject=a&x=1", "unknown parameter 'x'"),
+        ("nats://s3cret@127.0.0.1:4222?subject=a&x=1", "unknown parameter 'x'"),
+        ("http://u:p@s3cret/d@h:1/hook?mode=x", "mode='x'"),
     ],
 )
 def test_a_bad_url_is_refused_at_start(url: str, named: str) -> None:

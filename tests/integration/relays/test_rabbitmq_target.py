@@ -437,7 +437,7 @@ async def test_wrong_password_is_refused_without_the_password(rabbit: Rabbit) ->
         await target.publish(made_messages(1))
 
     assert raised.value.kind == "refused"
-    assert "refused the login of user 'guest'" in raised.value.reason
+    assert "refused the login (check the user name and password)" in raised.value.reason
     assert SECRET not in raised.value.reason
 
 

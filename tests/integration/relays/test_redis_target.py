@@ -208,7 +208,7 @@ def test_a_path_that_is_not_a_database_number_is_refused(path: str) -> None:
 def test_the_database_defaults_to_0_and_rediss_is_accepted() -> None:
     assert isinstance(open_target("redis://127.0.0.1?stream=s"), RedisTarget)
     assert open_target("rediss://u:s3cret@127.0.0.1:6380/2?stream=s").name == (
-        "rediss://u:***@127.0.0.1:6380/2?stream=s"
+        "rediss://***@127.0.0.1:6380/2?stream=s"
     )
 
 
