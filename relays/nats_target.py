@@ -1,10 +1,11 @@
 """Publish to NATS JetStream: `nats://[user:pass@]host:port?subject=TEMPLATE[&stream=NAME]`.
 
 Each message is one JetStream message on the subject its template renders: the body is the
-payload's JSON text, the headers are every field of `relays.fields.metadata` plus
-`Nats-Msg-Id`, the outbox message id. JetStream drops a message whose Msg-Id it has stored
-within the stream's duplicate window, so a batch the relay publishes again after a failure
-adds only what is not there yet.
+payload's JSON text, the headers are every field of `relays.fields.header_fields` (a value
+nats-py would fold or strip goes percent-encoded, named in outbox-encoded) plus
+`Nats-Msg-Id`, `relays.fields.dedup_id`: the publication and the message id, exact. JetStream
+drops a message whose Msg-Id it has stored within the stream's duplicate window, so a batch
+the relay publishes again after a failure adds only what is not there yet.
 
 A batch goes out as plain publishes on the one connection, each with its own reply subject,
 and the acknowledgements are collected together: the server stores one connection's messages
@@ -74,6 +75,7 @@ class NatsTarget:
                 " dots, slashes, * or >)"
             )
         self._timeout = url.number("timeout", 10, 0.1, 600)
+        self._generation = url.dedup_generation()
         self._declare = declare
         self._declared = False
         self._nc: Client | None = None
@@ -109,8 +111,8 @@ class NatsTarget:
         outgoing: list[_Prepared] = []
         for message in messages:
             subject = self._subject.render(message)
-            headers = fields.metadata(message)
-            headers["Nats-Msg-Id"] = fields.message_id(message)
+            headers = fields.header_fields(message)
+            headers["Nats-Msg-Id"] = fields.dedup_id(message, self._generation)
             body = fields.payload(message)
             problem = _subject_problem(subject) or _size_problem(headers, body, nc.max_payload)
             if problem:

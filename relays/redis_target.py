@@ -6,8 +6,8 @@ outbox-message-type, outbox-publication, outbox-position, outbox-appended-at, ou
 and outbox-partition-key when the message has a key).
 
 Redis streams have no de-duplication of their own, so one Lua script does it in the same
-atomic step as the add: per message, `SET <stream>:outbox-published:<message id> 1 NX PX
-<dedup_window>`, and XADD only when that SET succeeded. A batch the relay publishes again
+atomic step as the add: per message, `SET <stream>:outbox-published:<dedup id> 1 NX PX
+<dedup_window>` (`relays.fields.dedup_id`: the publication and the message id), and XADD only when that SET succeeded. A batch the relay publishes again
 after a failure (or redis-py's own reconnect-and-retry) thus adds only what is not there yet.
 
 Why a script and not explicit entry ids derived from (transaction_id, position), which Redis
@@ -91,10 +91,9 @@ class RedisTarget:
         # the relay: a batch re-published after it expired is added a second time.
         window = url.number("dedup_window", 86400, 1, 2592000)
         self._window_ms = str(round(window * 1000))
-        maxlen = url.number("maxlen", 0.0, 1, 2**63 - 1)  # 0 (no trimming) only when absent
-        if not maxlen.is_integer():
-            raise RelayUrlError(f"--to {url.masked}: maxlen={maxlen:g} must be a whole number")
-        self._maxlen = str(int(maxlen))
+        # 0 (no trimming) only when absent
+        self._maxlen = str(url.whole_number("maxlen", 0, 1, 2**63 - 1))
+        self._generation = url.dedup_generation()
         self._timeout = url.number("timeout", 10, 0.1, 600)
         self.connection_name = f"outbox-relay-{uuid.uuid4().hex[:12]}"
         """The connection's name in Redis' CLIENT LIST."""
@@ -111,7 +110,8 @@ class RedisTarget:
         args: list[str] = [self._window_ms, "1" if self._declare else "0", self._maxlen]
         for message in messages:
             stream = self._stream.render(message)
-            keys += (stream, f"{stream}:outbox-published:{fields.message_id(message)}")
+            marker = f"{stream}:outbox-published:{fields.dedup_id(message, self._generation)}"
+            keys += (stream, marker)
             items = ["data", message.data_text]
             for field, value in fields.metadata(message).items():
                 items += (field, value)

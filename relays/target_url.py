@@ -93,6 +93,17 @@ class TargetUrl:
             )
         return value
 
+    def whole_number(self, name: str, default: int, minimum: int, maximum: int) -> int:
+        value = float(self.number(name, default, minimum, maximum))
+        if not value.is_integer():
+            raise RelayUrlError(f"--to {self.masked}: {name}={value:g} must be a whole number")
+        return int(value)
+
+    def dedup_generation(self) -> int:
+        """dedup_generation=N (default 0): part of every de-duplication id, so an operator
+        who rebuilds a stream bumps it and the ids published before count as new."""
+        return self.whole_number("dedup_generation", 0, 0, 1_000_000_000)
+
     def address(self, default_port: int) -> str:
         """`scheme://host:port` without credentials, path or query."""
         host = f"[{self.host}]" if ":" in self.host else self.host

@@ -10,7 +10,9 @@ user and password in the URL are sent as HTTP basic authentication.
 A message's body is the JSON object {"message_id", "message_type", "publication",
 "partition_key" (null when keyless), "position" ("TX:POS"), "appended_at" (ISO 8601),
 "headers", "data"}; Content-Type is application/json. With mode=message the fields of
-`relays.fields.metadata` go as headers too (outbox-message-id and the rest, UTF-8).
+`relays.fields.header_fields` go as headers too (outbox-message-id and the rest, UTF-8; a
+value HTTP cannot carry, with a line break or white space at an end, percent-encoded and
+named in outbox-encoded).
 
 With secret_env= every POST is signed: `Outbox-Timestamp` is the Unix time in whole seconds,
 and `Outbox-Signature` is `sha256=` followed by the hex HMAC-SHA256, keyed with the secret's
@@ -44,7 +46,6 @@ import contextlib
 import hashlib
 import hmac
 import os
-import re
 import time
 from collections.abc import Mapping, Sequence
 
@@ -59,11 +60,6 @@ from relays.target_url import RelayUrlError, TargetUrl
 
 _REASON_LENGTH = 200
 """How much of a refusing answer's body its reason quotes."""
-
-_HEADER_VALUE = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
-"""What HTTP/1.1 (h11, under httpx) lets a header value be: no NUL, no line break, no leading
-or trailing whitespace. httpx would raise for anything else after nothing was sent, which
-would otherwise look like a network error and be retried for ever."""
 
 _SENDER_REFUSED = frozenset({401, 403, 407})
 """The receiver refuses the relay (its password or signing secret), not the message: parking
@@ -117,15 +113,9 @@ class WebhookTarget:
         return refused
 
     async def _send(self, message: Message) -> str | None:
-        headers: dict[bytes, bytes] = {}
-        for field, value in fields.metadata(message).items():
-            encoded = value.encode()
-            if not _HEADER_VALUE.fullmatch(encoded):
-                return (
-                    f"its {field} cannot be an HTTP header value (a line break, a NUL, or"
-                    " whitespace at an end); mode=batch sends it in the body only"
-                )
-            headers[field.encode()] = encoded
+        headers = {
+            field.encode(): value.encode() for field, value in fields.header_fields(message).items()
+        }
         return await self._post(orjson.dumps(_body(message)), headers)
 
     async def _post(self, body: bytes, headers: dict[bytes, bytes]) -> str | None:

@@ -143,8 +143,8 @@ async def proxy() -> AsyncIterator[Proxy]:
 
 
 def expected(message: Message, subject: str) -> tuple[str, bytes, dict[str, str]]:
-    headers = fields.metadata(message)
-    headers["Nats-Msg-Id"] = fields.message_id(message)
+    headers = fields.header_fields(message)
+    headers["Nats-Msg-Id"] = fields.dedup_id(message)
     return subject, fields.payload(message), headers
 
 

@@ -90,7 +90,7 @@ async def test_the_same_batch_again_after_a_crash_is_not_added_twice(
     await relay.close()
     assert await client.xlen(prefix) == 50
     assert await entries(client, prefix) == expected(messages)
-    ttl = await client.pttl(f"{prefix}:outbox-published:{fields.message_id(messages[0])}")
+    ttl = await client.pttl(f"{prefix}:outbox-published:{fields.dedup_id(messages[0])}")
     assert 86_000_000 < ttl <= 86_400_000
 
 
@@ -104,7 +104,7 @@ async def test_an_overlapping_batch_adds_only_the_new_messages(
     await relay.publish(messages[20:])
     await relay.close()
     assert await entries(client, prefix) == expected(messages)
-    ttl = await client.pttl(f"{prefix}:outbox-published:{fields.message_id(messages[0])}")
+    ttl = await client.pttl(f"{prefix}:outbox-published:{fields.dedup_id(messages[0])}")
     assert 0 < ttl <= 60_000
 
 
@@ -191,6 +191,8 @@ async def test_a_key_of_another_type_is_a_server_error_and_loses_nothing(
         ("stream=s&maxlen=0", "maxlen='0' must be a number from 1"),
         ("stream=s&dedup_window=0", "dedup_window='0' must be a number from 1 to"),
         ("stream=s&timeout=0", "timeout='0'"),
+        ("stream=s&dedup_generation=1.5", "dedup_generation=1.5 must be a whole number"),
+        ("stream=s&dedup_generation=-1", "dedup_generation='-1' must be a number from 0"),
     ],
 )
 def test_bad_parameters_are_refused_at_start(query: str, complaint: str) -> None:
