@@ -7,8 +7,9 @@ and outbox-partition-key when the message has a key).
 
 Redis streams have no de-duplication of their own, so one Lua script does it in the same
 atomic step as the add: per message, `SET <stream>:outbox-published:<dedup id> 1 NX PX
-<dedup_window>` (`relays.fields.dedup_id`: the publication and the message id), and XADD only when that SET succeeded. A batch the relay publishes again
-after a failure (or redis-py's own reconnect-and-retry) thus adds only what is not there yet.
+<dedup_window>` (`relays.fields.dedup_id`: the publication and the message id), and XADD
+only when that SET succeeded. A batch the relay publishes again after a failure (or
+redis-py's own reconnect-and-retry) thus adds only what is not there yet.
 
 Why a script and not explicit entry ids derived from (transaction_id, position), which Redis
 would refuse to add twice: explicit ids must increase per stream, so when two consumers of one
