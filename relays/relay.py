@@ -8,13 +8,18 @@ the meaning of a broker's answers:
 - unavailable (down, timing out, a missing stream): `DestinationUnavailable`, so the whole
   batch is delivered again after the retry backoff without counting an attempt. The
   checkpoint never passes an unconfirmed message and an outage parks nothing.
+
+Every wait, the lock's included, ends before the daemon's deadline for the call
+(`poller.call_deadline()`: n x message_timeout): a broker that stops answering is an outage
+whatever message_timeout and timeout= are, never a timed-out attempt that counts and parks.
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 
-from poller import BatchOutcomes, Message, batch_handler
+from poller import BatchOutcomes, Message, batch_handler, call_deadline
 from poller.outcomes import DestinationUnavailable, ParkMessage
 from relays.relay_metrics import RelayMetrics
 from relays.target import BrokerUnavailable, Target
@@ -23,6 +28,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 500
 """Messages per publish: one read's worth (the subscription's read_batch_size default)."""
+
+DEADLINE_MARGIN = 0.5
+"""Seconds before the daemon's deadline the relay gives up (at most a fifth of the call's
+time): room to return the outage before the call counts as timed out."""
 
 
 class Relay:
@@ -34,26 +43,47 @@ class Relay:
         # One publish at a time per connection: consumers of one subscription share the
         # target, and its lazy (re)connect is not made for concurrent callers.
         self._lock = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()
         batch_handler(max_batch_size=DEFAULT_BATCH_SIZE)(self)
 
     async def __call__(self, messages: list[Message]) -> BatchOutcomes:
-        async with self._lock:
-            started = time.perf_counter()
-            try:
+        left = _time_left(call_deadline())
+        locked = False
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(left):
+                await self._lock.acquire()
+                locked = True
                 refused = await self.target.publish(messages)
-            except BrokerUnavailable as error:
-                self._failing(error)
-                raise DestinationUnavailable(f"{self.target.name}: {error.reason}") from None
-            self.metrics.published(len(messages), len(refused), time.perf_counter() - started)
-            if self.problem is not None:
-                log.warning("relay to %s: publishing again", self.target.name)
-                self.problem = None
+        except BrokerUnavailable as error:
+            raise self._unavailable(error) from None
+        except TimeoutError:
+            # The call's deadline came first: drop the connection behind the call (holding
+            # the lock, so the next publish waits for a clean one), and say it as an outage.
+            waited = "the broker's confirmation" if locked else "a publish before this one"
+            if locked:
+                self._close_in_background()
+                locked = False
+            raise self._unavailable(
+                BrokerUnavailable(
+                    "timeout",
+                    f"no answer within the {left:.3g} s the daemon gives this call (the"
+                    f" subscription's message_timeout per message) while waiting for {waited}",
+                )
+            ) from None
+        finally:
+            if locked:
+                self._lock.release()
+        self.metrics.published(len(messages), len(refused), time.perf_counter() - started)
+        if self.problem is not None:
+            log.warning("relay to %s: publishing again", self.target.name)
+            self.problem = None
         return {
             at: ParkMessage(f"{self.target.name} refused it: {reason}")
             for at, reason in refused.items()
         }
 
-    def _failing(self, error: BrokerUnavailable) -> None:
+    def _unavailable(self, error: BrokerUnavailable) -> DestinationUnavailable:
         self.metrics.broker_error(error.kind)
         if error.reason != self.problem:  # once per new problem, not once per retry
             log.error(
@@ -64,6 +94,30 @@ class Relay:
                 error.reason,
             )
         self.problem = error.reason
+        return DestinationUnavailable(f"{self.target.name}: {error.reason}")
+
+    def _close_in_background(self) -> None:
+        async def close_then_release() -> None:
+            try:
+                await self.target.close()
+            finally:
+                self._lock.release()
+
+        task = asyncio.create_task(close_then_release())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
+        for task in list(self._closing):
+            with contextlib.suppress(Exception):
+                await task
         await self.target.close()
+
+
+def _time_left(deadline: float | None) -> float | None:
+    """Seconds until the relay must give up on the call ending at `deadline` (None: no
+    bound of the daemon's; the target's timeout= still bounds each wait)."""
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    return max(0.0, left - min(DEADLINE_MARGIN, left / 5))
