@@ -3,7 +3,9 @@
 Each message goes to the exchange and routing key its templates render, persistent, with
 mandatory=True so an unroutable message comes back instead of being dropped. A batch is written
 in order on one channel and its confirms are awaited together; a message counts as published
-only once the broker confirmed it.
+only once the broker confirmed it. Each message has its own answer: one nacked (a full queue
+with x-overflow=reject-publish) or returned is sent again later, what the broker confirmed
+never is.
 
 RabbitMQ has no broker-side de-duplication: a batch published again after a failure arrives
 again (at-least-once). Every message carries its outbox id as the AMQP message_id, so a consumer
@@ -35,7 +37,7 @@ from outbox.database_url import mask_password
 from outbox.positions import Position
 from poller.message import Message
 from relays import fields
-from relays.target import BrokerUnavailable
+from relays.target import BrokerUnavailable, Unsent, whole_or_each
 from relays.target_url import RelayUrlError, TargetUrl
 from relays.templates import Template, TemplateError
 
@@ -95,15 +97,15 @@ class RabbitMqTarget:
     def name(self) -> str:
         return self._url.masked
 
-    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, str]:
-        refused: dict[Position, str] = {}
+    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, Unsent]:
+        unsent: dict[Position, Unsent] = {}
         pending: list[_Outgoing] = []
         for message in messages:
             exchange = self._exchange.render(message)
             routing_key = self._routing_key.render(message)
             reason = _overlong(message, exchange, routing_key)
             if reason is not None:
-                refused[message.at] = reason
+                unsent[message.at] = reason
                 continue
             pending.append((message, exchange, routing_key, _amqp_message(message)))
         try:
@@ -112,12 +114,12 @@ class RabbitMqTarget:
                     if self._max_size is not None:
                         for message, _, _, amqp in pending:
                             if len(amqp.body) > self._max_size:
-                                refused[message.at] = (
+                                unsent[message.at] = (
                                     f"RabbitMQ: the payload is {len(amqp.body)} bytes, larger"
                                     f" than the broker's max_message_size {self._max_size}"
                                 )
-                        pending = [item for item in pending if item[0].at not in refused]
-                    pending = await self._send(pending)
+                        pending = [item for item in pending if item[0].at not in unsent]
+                    pending = await self._send(pending, unsent)
         except TimeoutError:
             # The connection may be wedged, and its late confirms would answer nobody.
             await self.close()
@@ -130,7 +132,7 @@ class RabbitMqTarget:
             if error.kind in ("connection", "server_error"):
                 await self.close()
             raise
-        return refused
+        return whole_or_each(messages, unsent)
 
     async def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
@@ -140,9 +142,14 @@ class RabbitMqTarget:
                 async with asyncio.timeout(1):
                     await connection.close()
 
-    async def _send(self, batch: list[_Outgoing]) -> list[_Outgoing]:
-        """Publish `batch` and await its confirms; return what is left to publish again after
-        the broker refused a message over its size limit (now known), or raise."""
+    async def _send(
+        self, batch: list[_Outgoing], unsent: dict[Position, Unsent]
+    ) -> list[_Outgoing]:
+        """Publish `batch` and await its confirms, adding to `unsent` each message the broker
+        did not take (a nack, a return, a channel it closed); return what is left to publish
+        again after the broker refused a message over its size limit (now known). What it
+        confirmed is published: never sent again, so a full queue's freed room goes to the
+        messages it refused, not to repeats."""
         try:
             channel = await self._open_channel()
             exchanges = {name: await self._prepare(channel, name) for _, name, _, _ in batch}
@@ -164,7 +171,7 @@ class RabbitMqTarget:
         ]
         if not failures:
             return []
-        failure, failed = failures[0]
+        failure = failures[0][0]
         too_large = _TOO_LARGE.search(str(failure))
         if isinstance(failure, ChannelPreconditionFailed) and too_large:
             limit = int(too_large[1])
@@ -174,7 +181,18 @@ class RabbitMqTarget:
                 # which makes the server close the whole connection: start on a new one.
                 await self.close()
                 return [item for _, item in failures]
-        raise self._unavailable(failure, failed)
+        # A channel the broker closed fails every publish after it with its own error: each
+        # of those says what closed it.
+        closed: BrokerUnavailable | None = None
+        for said, item in failures:
+            if isinstance(said, DeliveryError):
+                unsent[item[0].at] = self._unavailable(said, item)
+                continue
+            closed = closed or self._unavailable(said, item)
+            unsent[item[0].at] = closed
+        if closed is not None and closed.kind in ("connection", "server_error"):
+            await self.close()
+        return []
 
     async def _open_channel(self) -> aio_pika.abc.AbstractChannel:
         connection = self._connection

@@ -5,9 +5,10 @@ subscription's settings: strategy, consumers, retries, parking, per-key order. W
 the meaning of a broker's answers:
 - confirmed: the messages are finished;
 - refused for good (the target says which): those messages are parked, with the reason;
-- unavailable (down, timing out, a missing stream): `DestinationUnavailable`, so the whole
-  batch is delivered again after the retry backoff without counting an attempt. The
-  checkpoint never passes an unconfirmed message and an outage parks nothing.
+- unavailable (down, timing out, a missing stream): `DestinationUnavailable`, so the batch
+  (or the messages the broker could not take now, with those after them of their keys) is
+  delivered again after the retry backoff without counting an attempt. The checkpoint never
+  passes an unconfirmed message and an outage parks nothing.
 
 Every wait, the lock's included, ends before the daemon's deadline for the call
 (`poller.call_deadline()`: n x message_timeout): a broker that stops answering is an outage
@@ -18,11 +19,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 
+from outbox.positions import Position
 from poller import BatchOutcomes, Message, batch_handler, call_deadline
 from poller.outcomes import DestinationUnavailable, ParkMessage
 from relays.relay_metrics import RelayMetrics
-from relays.target import BrokerUnavailable, Target
+from relays.target import BrokerUnavailable, Target, Unsent
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,7 @@ class Relay:
             async with asyncio.timeout(left):
                 await self._lock.acquire()
                 locked = True
-                refused = await self.target.publish(messages)
+                unsent = await self.target.publish(messages)
         except BrokerUnavailable as error:
             raise self._unavailable(error) from None
         except TimeoutError:
@@ -74,14 +77,45 @@ class Relay:
         finally:
             if locked:
                 self._lock.release()
-        self.metrics.published(len(messages), len(refused), time.perf_counter() - started)
-        if self.problem is not None:
+        return self._outcomes(messages, unsent, time.perf_counter() - started)
+
+    def _outcomes(
+        self, messages: list[Message], unsent: Mapping[Position, Unsent], seconds: float
+    ) -> BatchOutcomes:
+        """The daemon's outcome of each message the target did not publish. A message after
+        one of its key that the broker could not take now waits too, even if the broker
+        confirmed it: sent again behind that one, its last copy keeps the key's order."""
+        outcomes: dict[Position, BaseException] = {}
+        held: dict[str, Position] = {}
+        first: BrokerUnavailable | None = None
+        refused = 0
+        for message in messages:
+            answer = unsent.get(message.at)
+            key = message.partition_key
+            if isinstance(answer, str):
+                refused += 1
+                outcomes[message.at] = ParkMessage(f"{self.target.name} refused it: {answer}")
+            elif answer is not None:
+                first = first or answer
+                outcomes[message.at] = DestinationUnavailable(
+                    f"{self.target.name}: {answer.reason}"
+                )
+                if key is not None:
+                    held.setdefault(key, message.at)
+            elif key is not None and key in held:
+                outcomes[message.at] = DestinationUnavailable(
+                    f"{self.target.name}: sent again behind {held[key]} of its key, which the"
+                    " broker could not take"
+                )
+        taken = len(messages) - len(outcomes)
+        if taken or refused:
+            self.metrics.published(taken + refused, refused, seconds)
+        if first is not None:
+            self._unavailable(first)
+        elif self.problem is not None:
             log.warning("relay to %s: publishing again", self.target.name)
             self.problem = None
-        return {
-            at: ParkMessage(f"{self.target.name} refused it: {reason}")
-            for at, reason in refused.items()
-        }
+        return outcomes
 
     def _unavailable(self, error: BrokerUnavailable) -> DestinationUnavailable:
         self.metrics.broker_error(error.kind)
