@@ -14,6 +14,7 @@ drops the duplicates.
 
 import asyncio
 import contextlib
+import logging
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -40,6 +41,8 @@ from relays import fields
 from relays.target import BrokerUnavailable, Unsent, whole_or_each
 from relays.target_url import RelayUrlError, TargetUrl
 from relays.templates import Template, TemplateError
+
+log = logging.getLogger(__name__)
 
 _SHORT_STRING = 255
 """AMQP 0-9-1 short strings (exchange, routing key, message_id, type) hold at most 255 bytes."""
@@ -192,6 +195,14 @@ class RabbitMqTarget:
             unsent[item[0].at] = closed
         if closed is not None and closed.kind in ("connection", "server_error"):
             await self.close()
+        missing = any(
+            isinstance(u, BrokerUnavailable) and u.kind == "missing" for u in unsent.values()
+        )
+        if missing and self._declare and self._exchanges:
+            # Deleted while the relay runs: declared again at the next attempt, not only
+            # once per channel.
+            log.warning("relay to RabbitMQ: a destination went missing, declaring it again")
+            self._exchanges = {}
         return []
 
     async def _open_channel(self) -> aio_pika.abc.AbstractChannel:
@@ -282,8 +293,16 @@ class RabbitMqTarget:
         return BrokerUnavailable(
             "missing",
             f"RabbitMQ: exchange {name!r} does not exist in virtual host {self._vhost!r}"
-            " (declare it, or run the relay with --declare)",
+            f" ({self._hint('declare it')})",
         )
+
+    def _hint(self, fix: str, *, queue: bool = False) -> str:
+        """What to do, true of this relay: --declare is suggested only to one without it."""
+        if self._declare and (self._queue is not None or not queue):
+            return "it is declared again at the next attempt"
+        if self._declare:
+            return f"{fix}, or give the relay a queue= to declare"
+        return f"{fix}, or run the relay with --declare" + (" and queue=" if queue else "")
 
     def _unavailable(self, error: BaseException, failed: _Outgoing | None) -> BrokerUnavailable:
         """The broker's answer to the `failed` publish (or to preparing for the batch), as the
@@ -318,14 +337,13 @@ class RabbitMqTarget:
             return BrokerUnavailable(
                 "missing",
                 f"RabbitMQ: no queue named {routing_key!r} (the default exchange delivers to"
-                " the queue the routing key names; declare it, or run the relay with --declare"
-                " and queue=)",
+                f" the queue the routing key names; {self._hint('declare it', queue=True)})",
             )
         if isinstance(error, PublishError):
             return BrokerUnavailable(
                 "missing",
                 f"RabbitMQ: no queue is bound to exchange {exchange!r} for routing key"
-                f" {routing_key!r} (bind one, or run the relay with --declare and queue=)",
+                f" {routing_key!r} ({self._hint('bind one', queue=True)})",
             )
         return BrokerUnavailable(
             "refused",

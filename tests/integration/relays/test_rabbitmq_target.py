@@ -529,3 +529,21 @@ async def test_unconfirmed_batch_times_out(rabbit: Rabbit) -> None:
         proxy.held = False
         assert await target.publish(messages) == {}
     assert len(await rabbit.read(queue)) == 7
+
+
+async def test_declare_declares_again_a_queue_deleted_while_the_relay_runs(rabbit: Rabbit) -> None:
+    exchange, queue = rabbit.name("exchange"), rabbit.name("queue")
+    rabbit.exchanges.append(exchange)
+    rabbit.queues.append(queue)
+    target = rabbit.target(f"{SERVER}/?exchange={exchange}&queue={queue}", declare=True)
+    first, second = made_messages(6)[:3], made_messages(6)[3:]
+    assert await target.publish(first) == {}
+    async with rabbit.connection.channel() as channel:
+        await channel.queue_delete(queue)
+
+    with pytest.raises(BrokerUnavailable) as raised:
+        await target.publish(second)  # returned: no queue bound any more
+    assert raised.value.kind == "missing"
+    assert "it is declared again at the next attempt" in raised.value.reason
+    assert await target.publish(second) == {}
+    assert [m.message_id for m in await rabbit.read(queue)] == [m.message_id for m in second]
