@@ -40,7 +40,7 @@ KINDS = (
     ),
     TargetKind(
         ("http", "https"),
-        _COMMON | {"mode", "secret_env"},
+        _COMMON | {"mode", "secret_env", "max_messages", "max_bytes"},
         "relays.webhook_target:WebhookTarget",
     ),
 )
