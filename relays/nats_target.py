@@ -93,6 +93,9 @@ class NatsTarget:
             await self.close()
             raise
 
+    async def check(self) -> None:
+        await self._connection()  # JetStream asked, the stream found (or declared), checked
+
     async def close(self) -> None:
         nc, self._nc = self._nc, None
         if nc is not None and not nc.is_closed:

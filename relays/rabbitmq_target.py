@@ -137,6 +137,19 @@ class RabbitMqTarget:
             raise
         return whole_or_each(messages, unsent)
 
+    async def check(self) -> None:
+        """Connects and opens the channel: RabbitMQ shows no setting that breaks the
+        at-least-once promise (a queue's overflow policy only costs retries)."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._open_channel()
+        except TimeoutError:
+            await self.close()
+            raise BrokerUnavailable("timeout", f"RabbitMQ at {self._address}: no answer") from None
+        except _BROKER_ERRORS as error:
+            await self.close()
+            raise self._unavailable(error, None) from None
+
     async def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
         if connection is not None:

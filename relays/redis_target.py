@@ -175,7 +175,20 @@ class RedisTarget:
                 unsent[message.at] = unavailable
         return whole_or_each(messages, unsent)
 
+    async def check(self) -> None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._connected()
+        except (TimeoutError, redis.exceptions.RedisError, OSError) as error:
+            await self.close()
+            raise BrokerUnavailable("connection", f"Redis {self._address}: {error}") from error
+
     async def _run(self, keys: list[str], args: list[str]) -> list[int]:
+        script = await self._connected()
+        answer: list[int] = await script(keys=keys, args=args)
+        return answer
+
+    async def _connected(self) -> AsyncScript:
         if self._client is None or self._script is None:
             self._client = redis.asyncio.Redis(
                 host=self._url.host,
@@ -195,8 +208,7 @@ class RedisTarget:
             self._script = self._client.register_script(_SCRIPT)
             if not self._checked:
                 await self._check(self._client)
-        answer: list[int] = await self._script(keys=keys, args=args)
-        return answer
+        return self._script
 
     async def _check(self, client: redis.asyncio.Redis) -> None:
         """Once per process: the server's durability settings, as far as it shows them."""

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZE = 500
 """Messages per publish: one read's worth (the subscription's read_batch_size default)."""
 
+START_CHECK_SECONDS = 15.0
+"""How long the check at start may hold the relay's start (a broker that does not answer)."""
+
 DEADLINE_MARGIN = 0.5
 """Seconds before the daemon's deadline the relay gives up (at most a fifth of the call's
 time): room to return the outage before the call counts as timed out."""
@@ -140,6 +143,29 @@ class Relay:
         task = asyncio.create_task(close_then_release())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+    async def check(self) -> None:
+        """At start: connect, and warn where the destination's settings cannot keep the
+        promise; a broker not reachable now is checked when the relay first connects."""
+        try:
+            async with asyncio.timeout(START_CHECK_SECONDS):
+                await self.target.check()
+        except BrokerUnavailable as error:
+            log.warning(
+                "relay to %s: cannot check the destination at start (%s); checked when the"
+                " relay connects",
+                self.target.name,
+                error.reason,
+            )
+        except TimeoutError:
+            log.warning(
+                "relay to %s: no answer within %g s at start; the destination is checked when"
+                " the relay connects",
+                self.target.name,
+                START_CHECK_SECONDS,
+            )
+        finally:
+            await self.target.close()
 
     async def close(self) -> None:
         for task in list(self._closing):

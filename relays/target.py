@@ -63,6 +63,11 @@ class Target(Protocol):
         check in the same atomic step). Connects on first use and reconnects after a failure.
         """
 
+    async def check(self) -> None:
+        """Connect now and check the destination's settings, logging a warning for each that
+        cannot keep the target's promise (the relay does this at start). Raises
+        BrokerUnavailable when the broker cannot be reached."""
+
     async def close(self) -> None:
         """Close the connection; publish may still be called after (or after a publish was
         cancelled midway), and reconnects."""

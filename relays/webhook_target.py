@@ -212,6 +212,9 @@ class WebhookTarget:
             self._waiting += f" {time.strftime('%H:%M:%S', until)}; nothing is POSTed before)"
         return response.status_code, webhook_answers.meaning(self._endpoint, response, start)
 
+    async def check(self) -> None:
+        """Nothing to check without POSTing: a receiver's settings show in its answers."""
+
     async def close(self) -> None:
         """Drop the connections; the next publish opens new ones."""
         client, self._client = self._client, None

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 import socket
@@ -16,12 +17,12 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import StorageType
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
 from poller.message import Message
 from relays import fields
 from relays.kinds import open_target
-from relays.nats_streams import DUPLICATE_WINDOW
+from relays.nats_streams import DUPLICATE_WINDOW, stream_warnings
 from relays.target import BrokerUnavailable, Target
 from relays.target_url import RelayUrlError
 from tests.support.brokers import NATS, answers, require
@@ -455,3 +456,12 @@ async def test_settings_that_cannot_keep_exactly_once_are_warned_about_at_connec
     assert f"stream '{stream}' captures '{jet.prefix}.out', not stream='OUTBOX'" in warnings[0]
     assert "remembers Msg-Ids for 120 s (duplicate_window)" in warnings[1]
     assert "keeps its messages in memory" in warnings[2]
+
+
+def test_a_stream_that_discards_new_messages_at_a_limit_is_warned_about() -> None:
+    config = StreamConfig(
+        name="S", subjects=["s.>"], duplicate_window=7200, discard=DiscardPolicy.NEW, max_msgs=10
+    )
+    (warning,) = stream_warnings(config, "S", "s.>")
+    assert "discards new messages at its limits" in warning
+    assert stream_warnings(dataclasses.replace(config, max_msgs=None), "S", "s.>") == []

@@ -1,6 +1,7 @@
 """The relay over real targets: what it makes of a confirmation, a refusal for good and an
 outage, and the metrics it keeps of each."""
 
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -116,3 +117,15 @@ async def test_what_the_broker_could_not_take_now_holds_the_later_messages_of_it
     assert sample(relay, "outbox_relay_messages_published_total") == 3
     assert sample(relay, "outbox_relay_broker_errors_total", kind="refused") == 1
     assert relay.problem == "nacked"
+
+
+async def test_a_destination_unreachable_at_start_is_checked_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    relay = relays.handler("nats://s3cretTOKEN@127.0.0.1:1?subject=orders.out")
+    with caplog.at_level(logging.WARNING):
+        await relay.check()
+    (line,) = [record.getMessage() for record in caplog.records]
+    assert "cannot check the destination at start" in line
+    assert "checked when the relay connects" in line
+    assert "s3cretTOKEN" not in line
