@@ -219,7 +219,7 @@ async def nats_stream() -> AsyncIterator[Destination]:
                 jetstream.publish(
                     f"{subject}.client",
                     fields.payload(m),
-                    headers={**fields.metadata(m), "Nats-Msg-Id": fields.message_id(m)},
+                    headers={**fields.header_fields(m), "Nats-Msg-Id": fields.dedup_id(m)},
                 )
                 for m in batch
             )

@@ -11,6 +11,7 @@ from poller.catch_up.consumer_positions import (
 )
 from poller.catch_up.signals import CaughtUp, Checkpoint
 from poller.catch_up.subscribe import subscribe, subscribe_sync
+from poller.handler_deadlines import call_deadline
 from poller.message import Message
 from poller.store.retired_positions import RetiredPositionError
 
@@ -22,6 +23,7 @@ __all__ = [
     "Message",
     "RetiredPositionError",
     "batch_handler",
+    "call_deadline",
     "load_checkpoint",
     "load_checkpoint_async",
     "store_checkpoint",

@@ -23,10 +23,14 @@ class TargetKind:
 
 
 KINDS = (
-    TargetKind(("nats",), _COMMON | {"subject", "stream"}, "relays.nats_target:NatsTarget"),
+    TargetKind(
+        ("nats",),
+        _COMMON | {"subject", "stream", "dedup_generation"},
+        "relays.nats_target:NatsTarget",
+    ),
     TargetKind(
         ("redis", "rediss"),
-        _COMMON | {"stream", "dedup_window", "maxlen"},
+        _COMMON | {"stream", "dedup_window", "dedup_generation", "maxlen"},
         "relays.redis_target:RedisTarget",
     ),
     TargetKind(
@@ -36,7 +40,7 @@ KINDS = (
     ),
     TargetKind(
         ("http", "https"),
-        _COMMON | {"mode", "secret_env"},
+        _COMMON | {"mode", "secret_env", "max_messages", "max_bytes"},
         "relays.webhook_target:WebhookTarget",
     ),
 )

@@ -1,10 +1,11 @@
 """Publish to NATS JetStream: `nats://[user:pass@]host:port?subject=TEMPLATE[&stream=NAME]`.
 
 Each message is one JetStream message on the subject its template renders: the body is the
-payload's JSON text, the headers are every field of `relays.fields.metadata` plus
-`Nats-Msg-Id`, the outbox message id. JetStream drops a message whose Msg-Id it has stored
-within the stream's duplicate window, so a batch the relay publishes again after a failure
-adds only what is not there yet.
+payload's JSON text, the headers are every field of `relays.fields.header_fields` (a value
+nats-py would fold or strip goes percent-encoded, named in outbox-encoded) plus
+`Nats-Msg-Id`, `relays.fields.dedup_id`: the publication and the message id, exact. JetStream
+drops a message whose Msg-Id it has stored within the stream's duplicate window, so a batch
+the relay publishes again after a failure adds only what is not there yet.
 
 A batch goes out as plain publishes on the one connection, each with its own reply subject,
 and the acknowledgements are collected together: the server stores one connection's messages
@@ -17,7 +18,6 @@ message would time out forever instead of being parked.
 import asyncio
 import contextlib
 import re
-import string
 from collections.abc import Mapping, Sequence
 
 import nats.errors
@@ -25,23 +25,18 @@ import nats.js.errors
 import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import Header, StorageType
+from nats.js.api import Header
 
 from outbox.positions import Position
 from poller.message import Message
 from relays import fields
-from relays.target import BrokerUnavailable
+from relays.nats_streams import StreamKeeper
+from relays.target import BrokerUnavailable, Unsent, whole_or_each
 from relays.target_url import RelayUrlError, TargetUrl
 from relays.templates import Template, TemplateError
 
 DEFAULT_PORT = 4222
 DEFAULT_STREAM = "OUTBOX"
-DUPLICATE_WINDOW = 2 * 60 * 60.0
-"""Seconds a declared stream remembers Msg-Ids. A re-publish is de-duplicated only within
-it, so it must outlast the longest gap between a first attempt and its retry: a broker or
-database outage plus the relay's restart. JetStream's default of two minutes does not; the
-cost is the server's memory for the ids of two hours of messages."""
-
 _CONNECT_SECONDS = 2
 _CLOSE_SECONDS = 2.0
 # JetStream errors that the same message would get on every attempt: message, or its
@@ -74,8 +69,13 @@ class NatsTarget:
                 " dots, slashes, * or >)"
             )
         self._timeout = url.number("timeout", 10, 0.1, 600)
-        self._declare = declare
-        self._declared = False
+        self._generation = url.dedup_generation()
+        self._streams = StreamKeeper(
+            self._stream, self._subject.text, self._address, declare=declare
+        )
+        self._prepared = False
+        """Whether this connection found JetStream and the stream (declared it, with
+        --declare); False again after a publish found the stream missing."""
         self._nc: Client | None = None
         self._reported: Exception | None = None
         """The last error the client reported on its own (a permissions violation makes the
@@ -85,13 +85,16 @@ class NatsTarget:
     def name(self) -> str:
         return self._url.masked
 
-    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, str]:
+    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, Unsent]:
         try:
             return await self._publish(messages)
         except BrokerUnavailable:
             # A fresh connection for the retry: nothing of this batch's replies can linger.
             await self.close()
             raise
+
+    async def check(self) -> None:
+        await self._connection()  # JetStream asked, the stream found (or declared), checked
 
     async def close(self) -> None:
         nc, self._nc = self._nc, None
@@ -101,37 +104,56 @@ class NatsTarget:
                 async with asyncio.timeout(_CLOSE_SECONDS):
                     await nc.close()
 
-    async def _publish(self, messages: Sequence[Message]) -> dict[Position, str]:
-        refused: dict[Position, str] = {}
+    async def _publish(self, messages: Sequence[Message]) -> dict[Position, Unsent]:
+        unsent: dict[Position, Unsent] = {}
         if not messages:
-            return refused
+            return unsent
         nc = await self._connection()
         outgoing: list[_Prepared] = []
         for message in messages:
             subject = self._subject.render(message)
-            headers = fields.metadata(message)
-            headers["Nats-Msg-Id"] = fields.message_id(message)
+            headers = fields.header_fields(message)
+            headers["Nats-Msg-Id"] = fields.dedup_id(message, self._generation)
             body = fields.payload(message)
             problem = _subject_problem(subject) or _size_problem(headers, body, nc.max_payload)
             if problem:
-                refused[message.at] = f"NATS: subject {subject!r}: {problem}"
+                unsent[message.at] = f"NATS: subject {subject!r}: {problem}"
             else:
                 outgoing.append((message, subject, headers, body))
         if not outgoing:
-            return refused
+            return unsent
         answers = await self._send(nc, outgoing)
+        uncaptured: list[tuple[Message, str]] = []
         for (message, subject, _, _), answer in zip(outgoing, answers, strict=True):
-            error = _error_in(answer, subject)
-            if error is None:
+            if answer.headers and answer.headers.get(Header.STATUS) == _NO_RESPONDERS:
+                uncaptured.append((message, subject))
                 continue
-            code, description = error
-            if code in _REFUSED_FOR_GOOD:
-                refused[message.at] = f"NATS refused subject {subject!r}: {description}"
-            else:
-                raise BrokerUnavailable(
-                    "server_error", f"NATS: the stream refused subject {subject!r}: {description}"
+            outcome = _outcome(answer, subject)
+            if outcome is not None:
+                unsent[message.at] = outcome
+        if uncaptured:
+            await self._not_captured(nc, uncaptured, unsent)
+        return whole_or_each(messages, unsent)
+
+    async def _not_captured(
+        self, nc: Client, uncaptured: list[tuple[Message, str]], unsent: dict[Position, Unsent]
+    ) -> None:
+        """No stream answered for these subjects. When the relay's stream exists, it does not
+        capture them (a field's value with a dot in a token the stream matches with `*`):
+        those messages can never be stored, and are parked, not the whole relay stalled.
+        Otherwise the stream is missing: an outage (declared again, with --declare)."""
+        exists = await self._streams.exists(nc.jetstream(timeout=self._timeout))
+        if not exists:
+            self._prepared = False  # found again, or declared, at the next attempt
+        for message, subject in uncaptured:
+            if exists:
+                unsent[message.at] = (
+                    f"NATS: stream {self._stream!r} does not capture subject {subject!r}"
+                    f" (it captures {self._streams.subjects!r}, or less; a field's value with a"
+                    " dot makes more tokens: put that field last in subject=)"
                 )
-        return refused
+            else:
+                unsent[message.at] = self._streams.missing(subject)
 
     async def _send(self, nc: Client, outgoing: list[_Prepared]) -> list[Msg]:
         """Publishes in order and returns each one's reply, in the same order."""
@@ -168,8 +190,10 @@ class NatsTarget:
 
     async def _connection(self) -> Client:
         if self._nc is not None and self._nc.is_connected:
+            await self._prepare(self._nc)
             return self._nc
         await self.close()
+        self._prepared = False
         url = self._url
         self._reported = None
         try:
@@ -204,37 +228,13 @@ class NatsTarget:
             raise BrokerUnavailable(
                 "connection", f"NATS {self._address}: cannot connect: {said}"
             ) from None
-        if self._declare and not self._declared:
-            await self._declare_stream(self._nc)
-            self._declared = True
+        await self._prepare(self._nc)
         return self._nc
 
-    async def _declare_stream(self, nc: Client) -> None:
-        """Creates the stream unless one already captures the template's subjects."""
-        subjects = _captured_subjects(self._subject.text)
-        js = nc.jetstream(timeout=self._timeout)
-        try:
-            try:
-                await js.find_stream_name_by_subject(subjects)
-            except nats.js.errors.NotFoundError:
-                await js.add_stream(
-                    name=self._stream,
-                    subjects=[subjects],
-                    storage=StorageType.FILE,
-                    duplicate_window=DUPLICATE_WINDOW,
-                )
-        except nats.js.errors.APIError as error:
-            raise BrokerUnavailable(
-                "missing",
-                f"NATS: cannot create stream {self._stream!r} for subjects {subjects!r}:"
-                f" {error.description} (JetStream error {error.err_code})",
-            ) from None
-        except TimeoutError:
-            raise BrokerUnavailable(
-                "timeout", f"NATS {self._address}: no JetStream API reply to declare the stream"
-            ) from None
-        except (OSError, nats.errors.Error) as error:
-            raise BrokerUnavailable("connection", f"NATS {self._address}: {_text(error)}") from None
+    async def _prepare(self, nc: Client) -> None:
+        if not self._prepared:
+            await self._streams.prepare(nc.jetstream(timeout=self._timeout))
+            self._prepared = True
 
     async def _report(self, error: Exception) -> None:
         # The default callback logs a traceback per error; publish raises what matters.
@@ -244,30 +244,29 @@ class NatsTarget:
         return f" (the client reported: {_text(self._reported)})" if self._reported else ""
 
 
-def _error_in(answer: Msg, subject: str) -> tuple[int | None, str] | None:
-    """None when JetStream stored the message (or already had it), else its error code and
-    description; raises BrokerUnavailable when no stream captures the subject."""
-    if answer.headers and answer.headers.get(Header.STATUS) == _NO_RESPONDERS:
-        raise BrokerUnavailable(
-            "missing",
-            f"NATS: no JetStream stream captures subject {subject!r} (create one, or run the"
-            " relay with --declare)",
-        )
+def _outcome(answer: Msg, subject: str) -> Unsent | None:
+    """None when JetStream stored the message (or already had it); else why not: for good
+    (over a size limit; something other than a stream answering on the subject), or not now
+    (the stream's state)."""
     try:
         reply = orjson.loads(answer.data)
     except orjson.JSONDecodeError:
         reply = None
     if not isinstance(reply, dict) or not ("error" in reply or "seq" in reply):
-        raise BrokerUnavailable(
-            "server_error",
-            f"NATS: the reply to subject {subject!r} is not a JetStream acknowledgement"
-            " (is something other than a stream answering on it?)",
+        return (
+            f"NATS: something other than a JetStream stream answers on subject {subject!r} (a"
+            " service subscribed to it?), so no stream can store it"
         )
     error = reply.get("error")
     if error is None:
         return None
     code = error.get("err_code")
-    return code, f"{error.get('description')} (JetStream error {code})"
+    description = f"{error.get('description')} (JetStream error {code})"
+    if code in _REFUSED_FOR_GOOD:
+        return f"NATS refused subject {subject!r}: {description}"
+    return BrokerUnavailable(
+        "server_error", f"NATS: the stream refused subject {subject!r}: {description}"
+    )
 
 
 def _text(error: BaseException) -> str:
@@ -293,17 +292,3 @@ def _size_problem(headers: dict[str, str], body: bytes, max_payload: int) -> str
     if size > max_payload:
         return f"message of {size} bytes is over the server's max_payload of {max_payload}"
     return None
-
-
-def _captured_subjects(template: str) -> str:
-    """The stream subject that covers every subject `template` renders: a token holding a
-    field becomes `*`, and the last one `>`, as a message type may itself contain dots."""
-    tokens = template.split(".")
-    last = len(tokens) - 1
-    captured = []
-    for index, token in enumerate(tokens):
-        if any(field is not None for _, field, _, _ in string.Formatter().parse(token)):
-            captured.append(">" if index == last else "*")
-        else:
-            captured.append(token.format())  # a literal token, with {{ and }} unescaped
-    return ".".join(captured)

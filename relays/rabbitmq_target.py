@@ -3,7 +3,9 @@
 Each message goes to the exchange and routing key its templates render, persistent, with
 mandatory=True so an unroutable message comes back instead of being dropped. A batch is written
 in order on one channel and its confirms are awaited together; a message counts as published
-only once the broker confirmed it.
+only once the broker confirmed it. Each message has its own answer: one nacked (a full queue
+with x-overflow=reject-publish) or returned is sent again later, what the broker confirmed
+never is.
 
 RabbitMQ has no broker-side de-duplication: a batch published again after a failure arrives
 again (at-least-once). Every message carries its outbox id as the AMQP message_id, so a consumer
@@ -12,6 +14,7 @@ drops the duplicates.
 
 import asyncio
 import contextlib
+import logging
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -31,12 +34,15 @@ from aio_pika.exceptions import (
 )
 from aiormq.exceptions import ChannelAccessRefused
 
+from outbox.database_url import mask_password
 from outbox.positions import Position
 from poller.message import Message
 from relays import fields
-from relays.target import BrokerUnavailable
+from relays.target import BrokerUnavailable, Unsent, whole_or_each
 from relays.target_url import RelayUrlError, TargetUrl
 from relays.templates import Template, TemplateError
+
+log = logging.getLogger(__name__)
 
 _SHORT_STRING = 255
 """AMQP 0-9-1 short strings (exchange, routing key, message_id, type) hold at most 255 bytes."""
@@ -94,15 +100,15 @@ class RabbitMqTarget:
     def name(self) -> str:
         return self._url.masked
 
-    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, str]:
-        refused: dict[Position, str] = {}
+    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, Unsent]:
+        unsent: dict[Position, Unsent] = {}
         pending: list[_Outgoing] = []
         for message in messages:
             exchange = self._exchange.render(message)
             routing_key = self._routing_key.render(message)
             reason = _overlong(message, exchange, routing_key)
             if reason is not None:
-                refused[message.at] = reason
+                unsent[message.at] = reason
                 continue
             pending.append((message, exchange, routing_key, _amqp_message(message)))
         try:
@@ -111,12 +117,12 @@ class RabbitMqTarget:
                     if self._max_size is not None:
                         for message, _, _, amqp in pending:
                             if len(amqp.body) > self._max_size:
-                                refused[message.at] = (
+                                unsent[message.at] = (
                                     f"RabbitMQ: the payload is {len(amqp.body)} bytes, larger"
                                     f" than the broker's max_message_size {self._max_size}"
                                 )
-                        pending = [item for item in pending if item[0].at not in refused]
-                    pending = await self._send(pending)
+                        pending = [item for item in pending if item[0].at not in unsent]
+                    pending = await self._send(pending, unsent)
         except TimeoutError:
             # The connection may be wedged, and its late confirms would answer nobody.
             await self.close()
@@ -129,7 +135,20 @@ class RabbitMqTarget:
             if error.kind in ("connection", "server_error"):
                 await self.close()
             raise
-        return refused
+        return whole_or_each(messages, unsent)
+
+    async def check(self) -> None:
+        """Connects and opens the channel: RabbitMQ shows no setting that breaks the
+        at-least-once promise (a queue's overflow policy only costs retries)."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._open_channel()
+        except TimeoutError:
+            await self.close()
+            raise BrokerUnavailable("timeout", f"RabbitMQ at {self._address}: no answer") from None
+        except _BROKER_ERRORS as error:
+            await self.close()
+            raise self._unavailable(error, None) from None
 
     async def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
@@ -139,9 +158,14 @@ class RabbitMqTarget:
                 async with asyncio.timeout(1):
                     await connection.close()
 
-    async def _send(self, batch: list[_Outgoing]) -> list[_Outgoing]:
-        """Publish `batch` and await its confirms; return what is left to publish again after
-        the broker refused a message over its size limit (now known), or raise."""
+    async def _send(
+        self, batch: list[_Outgoing], unsent: dict[Position, Unsent]
+    ) -> list[_Outgoing]:
+        """Publish `batch` and await its confirms, adding to `unsent` each message the broker
+        did not take (a nack, a return, a channel it closed); return what is left to publish
+        again after the broker refused a message over its size limit (now known). What it
+        confirmed is published: never sent again, so a full queue's freed room goes to the
+        messages it refused, not to repeats."""
         try:
             channel = await self._open_channel()
             exchanges = {name: await self._prepare(channel, name) for _, name, _, _ in batch}
@@ -163,7 +187,7 @@ class RabbitMqTarget:
         ]
         if not failures:
             return []
-        failure, failed = failures[0]
+        failure = failures[0][0]
         too_large = _TOO_LARGE.search(str(failure))
         if isinstance(failure, ChannelPreconditionFailed) and too_large:
             limit = int(too_large[1])
@@ -173,7 +197,26 @@ class RabbitMqTarget:
                 # which makes the server close the whole connection: start on a new one.
                 await self.close()
                 return [item for _, item in failures]
-        raise self._unavailable(failure, failed)
+        # A channel the broker closed fails every publish after it with its own error: each
+        # of those says what closed it.
+        closed: BrokerUnavailable | None = None
+        for said, item in failures:
+            if isinstance(said, DeliveryError):
+                unsent[item[0].at] = self._unavailable(said, item)
+                continue
+            closed = closed or self._unavailable(said, item)
+            unsent[item[0].at] = closed
+        if closed is not None and closed.kind in ("connection", "server_error"):
+            await self.close()
+        missing = any(
+            isinstance(u, BrokerUnavailable) and u.kind == "missing" for u in unsent.values()
+        )
+        if missing and self._declare and self._exchanges:
+            # Deleted while the relay runs: declared again at the next attempt, not only
+            # once per channel.
+            log.warning("relay to RabbitMQ: a destination went missing, declaring it again")
+            self._exchanges = {}
+        return []
 
     async def _open_channel(self) -> aio_pika.abc.AbstractChannel:
         connection = self._connection
@@ -205,8 +248,7 @@ class RabbitMqTarget:
         except (AuthenticationError, ProbableAuthenticationError):  # RabbitMQ's 403 is "probable"
             raise BrokerUnavailable(
                 "refused",
-                f"RabbitMQ at {self._address} refused the login of user"
-                f" {self._url.username or 'guest'!r} (check the user name and password)",
+                f"RabbitMQ at {self._address} refused the login (check the user name and password)",
             ) from None
         except InvalidFrameError as error:
             if "OpenOk" not in str(error):
@@ -216,7 +258,7 @@ class RabbitMqTarget:
             raise BrokerUnavailable(
                 "missing",
                 f"RabbitMQ at {self._address}: virtual host {self._vhost!r} does not exist or"
-                f" user {self._url.username or 'guest'!r} has no access to it",
+                " the user has no access to it",
             ) from None
 
     async def _prepare(
@@ -264,8 +306,16 @@ class RabbitMqTarget:
         return BrokerUnavailable(
             "missing",
             f"RabbitMQ: exchange {name!r} does not exist in virtual host {self._vhost!r}"
-            " (declare it, or run the relay with --declare)",
+            f" ({self._hint('declare it')})",
         )
+
+    def _hint(self, fix: str, *, queue: bool = False) -> str:
+        """What to do, true of this relay: --declare is suggested only to one without it."""
+        if self._declare and (self._queue is not None or not queue):
+            return "it is declared again at the next attempt"
+        if self._declare:
+            return f"{fix}, or give the relay a queue= to declare"
+        return f"{fix}, or run the relay with --declare" + (" and queue=" if queue else "")
 
     def _unavailable(self, error: BaseException, failed: _Outgoing | None) -> BrokerUnavailable:
         """The broker's answer to the `failed` publish (or to preparing for the batch), as the
@@ -300,14 +350,13 @@ class RabbitMqTarget:
             return BrokerUnavailable(
                 "missing",
                 f"RabbitMQ: no queue named {routing_key!r} (the default exchange delivers to"
-                " the queue the routing key names; declare it, or run the relay with --declare"
-                " and queue=)",
+                f" the queue the routing key names; {self._hint('declare it', queue=True)})",
             )
         if isinstance(error, PublishError):
             return BrokerUnavailable(
                 "missing",
                 f"RabbitMQ: no queue is bound to exchange {exchange!r} for routing key"
-                f" {routing_key!r} (bind one, or run the relay with --declare and queue=)",
+                f" {routing_key!r} ({self._hint('bind one', queue=True)})",
             )
         return BrokerUnavailable(
             "refused",
@@ -317,9 +366,9 @@ class RabbitMqTarget:
         )
 
     def _scrubbed(self, text: str) -> str:
-        """Library text with the password masked, should a client ever quote its URL."""
+        """Library text with the password masked, should a client ever quote it or its URL."""
         password = self._url.password
-        return text.replace(password, "***") if password else text
+        return mask_password(text.replace(password, "***") if password else text)
 
 
 def _amqp_message(message: Message) -> aio_pika.Message:

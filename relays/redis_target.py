@@ -6,9 +6,10 @@ outbox-message-type, outbox-publication, outbox-position, outbox-appended-at, ou
 and outbox-partition-key when the message has a key).
 
 Redis streams have no de-duplication of their own, so one Lua script does it in the same
-atomic step as the add: per message, `SET <stream>:outbox-published:<message id> 1 NX PX
-<dedup_window>`, and XADD only when that SET succeeded. A batch the relay publishes again
-after a failure (or redis-py's own reconnect-and-retry) thus adds only what is not there yet.
+atomic step as the add: per message, `SET <stream>:outbox-published:<dedup id> 1 NX PX
+<dedup_window>` (`relays.fields.dedup_id`: the publication and the message id), and XADD
+only when that SET succeeded. A batch the relay publishes again after a failure (or
+redis-py's own reconnect-and-retry) thus adds only what is not there yet.
 
 Why a script and not explicit entry ids derived from (transaction_id, position), which Redis
 would refuse to add twice: explicit ids must increase per stream, so when two consumers of one
@@ -18,6 +19,7 @@ refused, and that refusal cannot be told apart from a duplicate's: a lost messag
 
 import asyncio
 import contextlib
+import logging
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -30,16 +32,18 @@ from redis.commands.core import AsyncScript
 
 from outbox.positions import Position
 from poller.message import Message
-from relays import fields
-from relays.target import BrokerUnavailable
+from relays import fields, redis_checks
+from relays.target import BrokerUnavailable, Unsent, whole_or_each
 from relays.target_url import RelayUrlError, TargetUrl
 from relays.templates import Template, TemplateError
 
 # KEYS: stream 1, its dedup key 1, stream 2, dedup key 2, ... (one pair per message; a
 # script must declare every key it touches). ARGV: the dedup window in ms, "1" to create a
 # missing stream, the approximate maxlen ("0" for none), then per message its number of
-# field and value items followed by those items. Returns nil when the whole batch is in, or
-# the name of the first missing stream, after adding the messages before it.
+# field and value items followed by those items. Returns {stop, wrong...}: stop is the number
+# of the message whose stream was missing, where the script stopped after adding the messages
+# before it (0: it went through), then the numbers of the messages whose stream name is a key
+# of another type (WRONGTYPE), which it skipped: those can never be added.
 _SCRIPT = """
 local window, create, maxlen = ARGV[1], ARGV[2] == '1', ARGV[3]
 local options = {}
@@ -49,6 +53,7 @@ if maxlen ~= '0' then
 end
 table.insert(options, '*')
 local at = 4
+local answer = {0}
 for i = 1, #KEYS, 2 do
     local stream, seen, count = KEYS[i], KEYS[i + 1], tonumber(ARGV[at])
     if redis.call('SET', seen, '1', 'NX', 'PX', window) then
@@ -60,14 +65,22 @@ for i = 1, #KEYS, 2 do
         local added = redis.pcall('XADD', unpack(command))
         if not added or type(added) == 'table' then
             redis.call('DEL', seen)
-            if not added then return stream end
-            return redis.error_reply(added.err .. " (stream '" .. stream .. "')")
+            if not added then
+                answer[1] = (i + 1) / 2
+                return answer
+            end
+            if string.sub(added.err, 1, 9) ~= 'WRONGTYPE' then
+                return redis.error_reply(added.err .. " (stream '" .. stream .. "')")
+            end
+            table.insert(answer, (i + 1) / 2)
         end
     end
     at = at + count + 1
 end
-return nil
+return answer
 """
+
+log = logging.getLogger(__name__)
 
 
 class RedisTarget:
@@ -91,10 +104,12 @@ class RedisTarget:
         # the relay: a batch re-published after it expired is added a second time.
         window = url.number("dedup_window", 86400, 1, 2592000)
         self._window_ms = str(round(window * 1000))
-        maxlen = url.number("maxlen", 0.0, 1, 2**63 - 1)  # 0 (no trimming) only when absent
-        if not maxlen.is_integer():
-            raise RelayUrlError(f"--to {url.masked}: maxlen={maxlen:g} must be a whole number")
-        self._maxlen = str(int(maxlen))
+        if warning := redis_checks.window_warning(window):
+            log.warning("relay to %s: %s", url.masked, warning)
+        self._checked = False
+        # 0 (no trimming) only when absent
+        self._maxlen = str(url.whole_number("maxlen", 0, 1, 2**63 - 1))
+        self._generation = url.dedup_generation()
         self._timeout = url.number("timeout", 10, 0.1, 600)
         self.connection_name = f"outbox-relay-{uuid.uuid4().hex[:12]}"
         """The connection's name in Redis' CLIENT LIST."""
@@ -106,12 +121,13 @@ class RedisTarget:
     def name(self) -> str:
         return self._url.masked
 
-    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, str]:
+    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, Unsent]:
         keys: list[str] = []
         args: list[str] = [self._window_ms, "1" if self._declare else "0", self._maxlen]
         for message in messages:
             stream = self._stream.render(message)
-            keys += (stream, f"{stream}:outbox-published:{fields.message_id(message)}")
+            marker = f"{stream}:outbox-published:{fields.dedup_id(message, self._generation)}"
+            keys += (stream, marker)
             items = ["data", message.data_text]
             for field, value in fields.metadata(message).items():
                 items += (field, value)
@@ -119,7 +135,7 @@ class RedisTarget:
             args += items
         try:
             async with asyncio.timeout(self._timeout):
-                missing = await self._run(keys, args)
+                answer = await self._run(keys, args)
         except (TimeoutError, redis.exceptions.TimeoutError) as error:
             await self.close()
             raise BrokerUnavailable(
@@ -141,15 +157,38 @@ class RedisTarget:
             # for good: a jsonb payload (under 256 MB) is always below Redis' 512 MB limit.
             await self.close()
             raise BrokerUnavailable("server_error", f"Redis {self._address}: {error}") from error
-        if missing is not None:
-            raise BrokerUnavailable(
-                "missing",
-                f"Redis: stream {missing.decode()!r} does not exist"
-                " (create it, or run the relay with --declare)",
+        stop, *wrong = answer
+        unsent: dict[Position, Unsent] = {}
+        for number in wrong:
+            message = messages[number - 1]
+            unsent[message.at] = (
+                f"Redis: the key {self._stream.render(message)!r} holds another type than a"
+                " stream (WRONGTYPE): the stream= template names another application's key"
             )
-        return {}
+        if stop:
+            missing = self._stream.render(messages[stop - 1])
+            hint = "" if self._declare else " (create it, or run the relay with --declare)"
+            unavailable = BrokerUnavailable(
+                "missing", f"Redis: stream {missing!r} does not exist{hint}"
+            )
+            for message in messages[stop - 1 :]:
+                unsent[message.at] = unavailable
+        return whole_or_each(messages, unsent)
 
-    async def _run(self, keys: list[str], args: list[str]) -> bytes | None:
+    async def check(self) -> None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._connected()
+        except (TimeoutError, redis.exceptions.RedisError, OSError) as error:
+            await self.close()
+            raise BrokerUnavailable("connection", f"Redis {self._address}: {error}") from error
+
+    async def _run(self, keys: list[str], args: list[str]) -> list[int]:
+        script = await self._connected()
+        answer: list[int] = await script(keys=keys, args=args)
+        return answer
+
+    async def _connected(self) -> AsyncScript:
         if self._client is None or self._script is None:
             self._client = redis.asyncio.Redis(
                 host=self._url.host,
@@ -167,8 +206,22 @@ class RedisTarget:
             )
             # EVALSHA, loading the script when the server does not know it yet.
             self._script = self._client.register_script(_SCRIPT)
-        missing: bytes | None = await self._script(keys=keys, args=args)
-        return missing
+            if not self._checked:
+                await self._check(self._client)
+        return self._script
+
+    async def _check(self, client: redis.asyncio.Redis) -> None:
+        """Once per process: the server's durability settings, as far as it shows them."""
+        config: dict[str, str] = {}
+        try:
+            for name in redis_checks.SETTINGS:
+                said = await client.config_get(name)
+                config.update({str(key): str(value) for key, value in said.items()})
+        except (redis.exceptions.ResponseError, redis.exceptions.NoPermissionError) as error:
+            redis_checks.log_durability(None, str(error))
+        else:
+            redis_checks.log_durability(config, "")
+        self._checked = True
 
     async def close(self) -> None:
         """Drop the connection pool; the next publish connects afresh."""

@@ -1,6 +1,7 @@
 """What every relay target is: one small class per broker behind this one interface.
 
-A target publishes a batch of messages, in order, and says which the broker refused for good.
+A target publishes a batch of messages, in order, and says which the broker did not take:
+refused for good, or not now.
 Adding a broker (Kafka is the next one users will ask for) is one more module with a class
 that satisfies `Target` and a `TargetKind` entry in `relays/kinds.py`; nothing else changes.
 """
@@ -25,22 +26,48 @@ class BrokerUnavailable(Exception):  # noqa: N818 - names the broker's state, no
         """One line that names what is wrong (a missing stream by name), credentials masked."""
 
 
+Unsent = str | BrokerUnavailable
+"""Why one message of a batch is not published: a reason (refused for good: the relay parks
+it) or BrokerUnavailable (not now: it is delivered again later, no attempt counted)."""
+
+
+def whole_or_each(
+    messages: Sequence[Message], unsent: dict[Position, Unsent]
+) -> dict[Position, Unsent]:
+    """`unsent`, or, when the broker could take none of `messages` now, its first answer
+    raised: the batch as a whole is unavailable."""
+    answers = [unsent.get(message.at) for message in messages]
+    if answers and all(isinstance(answer, BrokerUnavailable) for answer in answers):
+        first = answers[0]
+        assert isinstance(first, BrokerUnavailable)
+        raise first
+    return unsent
+
+
 class Target(Protocol):
     """One broker connection. The relay calls `publish` for one batch at a time per target."""
 
     @property
     def name(self) -> str:
-        """The target's URL with its credentials masked, for logs, status and metrics."""
+        """The target's URL with its user-info masked, for logs, status and metrics."""
 
-    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, str]:
-        """Publish `messages` in this order and return once the broker has confirmed them.
+    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, Unsent]:
+        """Publish `messages` in this order and return once the broker has answered them.
 
-        Returns the messages the broker refused for good (a reason for each, by position):
-        the relay parks those. Raises BrokerUnavailable when it cannot take the batch now;
-        the relay then publishes the whole batch again later, so a target de-duplicates where
-        its broker can (NATS Msg-Id, a Redis check in the same atomic step). Connects on first
-        use and reconnects after a failure.
+        Returns the messages not published, by position: a reason string for one the broker
+        refused for good (the relay parks it), a BrokerUnavailable for one it could not take
+        now (a nack, a full queue, a stream-state error: the relay delivers it again later,
+        with the messages after it of its key). Every message not named is confirmed, and
+        finished: a retry never sends it again. Raises BrokerUnavailable when it cannot take
+        the batch at all. A target de-duplicates where its broker can (NATS Msg-Id, a Redis
+        check in the same atomic step). Connects on first use and reconnects after a failure.
         """
 
+    async def check(self) -> None:
+        """Connect now and check the destination's settings, logging a warning for each that
+        cannot keep the target's promise (the relay does this at start). Raises
+        BrokerUnavailable when the broker cannot be reached."""
+
     async def close(self) -> None:
-        """Close the connection; publish may still be called after, and reconnects."""
+        """Close the connection; publish may still be called after (or after a publish was
+        cancelled midway), and reconnects."""

@@ -2,14 +2,16 @@
 
 Every query parameter must be one its target knows (`relays/kinds.py` lists them), so a
 misspelt `subjet=` is refused at start rather than ignored; a parameter given twice is
-refused too. Credentials never leave this object unmasked: `masked` is what logs, status,
-errors and metrics labels show.
+refused too. Credentials never leave this object unmasked: `masked`, the URL with its whole
+user-info as ***, is what logs, status, errors and metrics labels show. The user-info ends at
+the authority's last '@', so a password with an unencoded '/' or '@' is still read (and
+masked) as a password, never as a host or a path.
 """
 
 import dataclasses
 import urllib.parse
 
-from outbox.database_url import mask_password
+from outbox.database_url import mask_userinfo, userinfo_end
 
 
 class RelayUrlError(ValueError):
@@ -27,15 +29,20 @@ class TargetUrl:
     """The URL's path as given (`/vhost` for RabbitMQ, `/0` for Redis, `/hook` for HTTP)."""
     parameters: dict[str, str]
     masked: str
-    """The URL with its password replaced by ***."""
+    """The URL with its user-info (user and password, or a token) replaced by ***."""
     text: str = dataclasses.field(repr=False)
     """The URL as given, password included: only for the client library's connect call."""
 
     @classmethod
     def parse(cls, text: str, allowed: frozenset[str]) -> "TargetUrl":
-        masked = mask_password(text)
+        masked = mask_userinfo(text)
+        scheme, separator, rest = text.partition("://")
+        at = userinfo_end(rest, 0) if separator else -1
+        userinfo, rest = (rest[:at], rest[at + 1 :]) if at >= 0 else ("", rest)
+        username, colon, password = userinfo.partition(":")
         try:
-            parts = urllib.parse.urlsplit(text)
+            # Parsed without the user-info: what is left holds no secret to quote.
+            parts = urllib.parse.urlsplit(f"{scheme}{separator}{rest}")
             port = parts.port
         except ValueError as error:
             raise RelayUrlError(f"--to {masked}: {error}") from None
@@ -56,8 +63,8 @@ class TargetUrl:
             scheme=parts.scheme.lower(),
             host=parts.hostname,
             port=port,
-            username=urllib.parse.unquote(parts.username) if parts.username else None,
-            password=urllib.parse.unquote(parts.password) if parts.password else None,
+            username=urllib.parse.unquote(username) if username else None,
+            password=urllib.parse.unquote(password) if colon and password else None,
             path=parts.path,
             parameters=parameters,
             masked=masked,
@@ -85,6 +92,17 @@ class TargetUrl:
                 f" to {_plain(maximum)}"
             )
         return value
+
+    def whole_number(self, name: str, default: int, minimum: int, maximum: int) -> int:
+        value = float(self.number(name, default, minimum, maximum))
+        if not value.is_integer():
+            raise RelayUrlError(f"--to {self.masked}: {name}={value:g} must be a whole number")
+        return int(value)
+
+    def dedup_generation(self) -> int:
+        """dedup_generation=N (default 0): part of every de-duplication id, so an operator
+        who rebuilds a stream bumps it and the ids published before count as new."""
+        return self.whole_number("dedup_generation", 0, 0, 1_000_000_000)
 
     def address(self, default_port: int) -> str:
         """`scheme://host:port` without credentials, path or query."""

@@ -1,16 +1,21 @@
 """POSTs to an HTTP endpoint (a webhook): `http(s)://[user:pass@]host:port/path?...`.
 
 Parameters: `mode=message` (the default: one POST per message, in order, each answered before
-the next is sent, so a receiver sees each key's messages in order) or `mode=batch` (one POST
-whose body is a JSON array of the batch's messages); `secret_env=NAME`, the environment
-variable holding the signing secret; `timeout=S`, the seconds one POST may take (default 10).
+the next is sent, so a receiver sees each key's messages in order) or `mode=batch` (a POST
+whose body is a JSON array of the batch's messages, in order); with mode=batch,
+`max_messages=N` and `max_bytes=N` bound one POST's messages and body (a relay batch goes as
+several POSTs, in order), and an HTTP 413 splits the POST in halves (one message that the
+receiver refuses alone as too large is parked); `secret_env=NAME`, the environment variable
+holding the signing secret; `timeout=S`, the seconds one POST may take (default 10).
 They are the relay's own: the POST goes to `scheme://host:port/path`, without the query. A
 user and password in the URL are sent as HTTP basic authentication.
 
 A message's body is the JSON object {"message_id", "message_type", "publication",
 "partition_key" (null when keyless), "position" ("TX:POS"), "appended_at" (ISO 8601),
 "headers", "data"}; Content-Type is application/json. With mode=message the fields of
-`relays.fields.metadata` go as headers too (outbox-message-id and the rest, UTF-8).
+`relays.fields.header_fields` go as headers too (outbox-message-id and the rest, UTF-8; a
+value HTTP cannot carry, with a line break or white space at an end, percent-encoded and
+named in outbox-encoded).
 
 With secret_env= every POST is signed: `Outbox-Timestamp` is the Unix time in whole seconds,
 and `Outbox-Signature` is `sha256=` followed by the hex HMAC-SHA256, keyed with the secret's
@@ -26,16 +31,14 @@ regard to case, as web frameworks do)::
         fresh = abs(time.time() - int(stamp)) <= max_age
         return fresh and hmac.compare_digest(headers["Outbox-Signature"], f"sha256={mac}")
 
-Answers: 2xx is published. 5xx, 408, 429, no answer within timeout= and network errors make
-the batch wait and be sent again (BrokerUnavailable); so do 401, 403 and 407, which refuse
-the sender, not a message. Any other answer (a 4xx, or a 3xx: redirects are not followed)
-refuses the message for good ("HTTP 422: <the answer's first 200 characters>"), or with
-mode=batch every message of the batch; the relay parks it.
+Answers: see `relays.webhook_answers` (2xx published; 5xx, 408, 429, 401, 403, 407, a 3xx,
+404, 405 and 410 wait, parking nothing; a 429's or 503's Retry-After is honoured; any other
+4xx parks). Only the first few KB of an answer are read.
 
-Delivery is at least once. A batch sent again after a failure in mode=message skips the
-messages this process already had answered: a receiver failing now and then must not have
-the whole batch re-sent each time, or a large batch might never get through. After a restart
-they are sent again, so a receiver drops duplicates by message_id (also the
+Delivery is at least once. What the receiver answered is never sent again by this process
+(each message has its own outcome: the first that must wait holds the rest of the batch), so
+a receiver failing now and then still gets a large batch through. After a crash or restart
+a message may come again, so a receiver drops duplicates by message_id (also the
 outbox-message-id header).
 """
 
@@ -43,8 +46,8 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import logging
 import os
-import re
 import time
 from collections.abc import Mapping, Sequence
 
@@ -53,23 +56,12 @@ import orjson
 
 from outbox.positions import Position
 from poller.message import Message
-from relays import fields
-from relays.target import BrokerUnavailable
+from relays import fields, webhook_answers
+from relays.target import BrokerUnavailable, Unsent, whole_or_each
 from relays.target_url import RelayUrlError, TargetUrl
 
-_REASON_LENGTH = 200
-"""How much of a refusing answer's body its reason quotes."""
-
-_HEADER_VALUE = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
-"""What HTTP/1.1 (h11, under httpx) lets a header value be: no NUL, no line break, no leading
-or trailing whitespace. httpx would raise for anything else after nothing was sent, which
-would otherwise look like a network error and be retried for ever."""
-
-_SENDER_REFUSED = frozenset({401, 403, 407})
-"""The receiver refuses the relay (its password or signing secret), not the message: parking
-every message because a secret was rotated on one side first would be wrong."""
-
-_NOT_NOW = frozenset({408, 429})
+# Its per-request INFO line would be one line per message at the default log level.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class WebhookTarget:
@@ -89,47 +81,98 @@ class WebhookTarget:
         except httpx.InvalidURL as error:
             raise RelayUrlError(f"--to {url.masked}: {error}") from None
         self._auth = httpx.BasicAuth(url.username, url.password or "") if url.username else None
+        self._max_messages = url.whole_number("max_messages", 0, 1, 1_000_000)
+        self._max_bytes = url.whole_number("max_bytes", 0, 64, 2**40)
+        if self._mode != "batch" and (self._max_messages or self._max_bytes):
+            raise RelayUrlError(f"--to {url.masked}: max_messages= and max_bytes= need mode=batch")
         self._client: httpx.AsyncClient | None = None
-        self._answered: dict[tuple[str, Position], str | None] = {}
-        """mode=message: the messages answered since the last publish that returned, each
-        with its refusal (None when published), for the same batch coming again."""
+        self._not_before = 0.0
+        """time.monotonic() before which nothing is POSTed (a Retry-After)."""
+        self._waiting = ""
+        """The Retry-After that holds the relay, for the reason it gives meanwhile."""
 
     @property
     def name(self) -> str:
         return self._url.masked
 
-    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, str]:
-        if self._mode == "batch":
-            if not messages:
-                return {}
-            refusal = await self._post(orjson.dumps([_body(m) for m in messages]), {})
-            return {} if refusal is None else {message.at: refusal for message in messages}
-        refused: dict[Position, str] = {}
+    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, Unsent]:
+        unsent: dict[Position, Unsent] = {}
+        groups = self._batches(messages, unsent) if self._mode == "batch" else self._each(messages)
+        for number, group in enumerate(groups):
+            try:
+                await self._deliver(group, unsent)
+            except BrokerUnavailable as error:
+                # Nothing after it goes before it: the rest of the batch waits too.
+                for later in groups[number:]:
+                    for message, _ in later:
+                        unsent[message.at] = error
+                break
+        return whole_or_each(messages, unsent)
+
+    def _each(self, messages: Sequence[Message]) -> list[list[tuple[Message, bytes]]]:
+        return [[(message, orjson.dumps(_body(message)))] for message in messages]
+
+    def _batches(
+        self, messages: Sequence[Message], unsent: dict[Position, Unsent]
+    ) -> list[list[tuple[Message, bytes]]]:
+        """The batch as POSTs within max_messages and max_bytes, in order; a message over
+        max_bytes alone is refused for good."""
+        groups: list[list[tuple[Message, bytes]]] = []
+        size = 0
         for message in messages:
-            # The publication too: two subscriptions may share one target and one outbox.
-            key = (message.publication, message.at)
-            if key not in self._answered:
-                self._answered[key] = await self._send(message)
-            refusal = self._answered[key]
-            if refusal is not None:
-                refused[message.at] = refusal
-        self._answered.clear()
-        return refused
-
-    async def _send(self, message: Message) -> str | None:
-        headers: dict[bytes, bytes] = {}
-        for field, value in fields.metadata(message).items():
-            encoded = value.encode()
-            if not _HEADER_VALUE.fullmatch(encoded):
-                return (
-                    f"its {field} cannot be an HTTP header value (a line break, a NUL, or"
-                    " whitespace at an end); mode=batch sends it in the body only"
+            body = orjson.dumps(_body(message))
+            if self._max_bytes and len(body) + 2 > self._max_bytes:
+                unsent[message.at] = (
+                    f"its body of {len(body)} bytes is over max_bytes={self._max_bytes}"
                 )
-            headers[field.encode()] = encoded
-        return await self._post(orjson.dumps(_body(message)), headers)
+                continue
+            full = groups and (
+                (self._max_messages and len(groups[-1]) >= self._max_messages)
+                or (self._max_bytes and size + len(body) + 1 > self._max_bytes)
+            )
+            if not groups or full:
+                groups.append([])
+                size = 1
+            groups[-1].append((message, body))
+            size += len(body) + 1
+        return groups
 
-    async def _post(self, body: bytes, headers: dict[bytes, bytes]) -> str | None:
-        """POST `body`: None when published, the reason when refused for good."""
+    async def _deliver(
+        self, group: list[tuple[Message, bytes]], unsent: dict[Position, Unsent]
+    ) -> None:
+        """POST one message (mode=message) or one array; halve an array on HTTP 413."""
+        if self._mode == "message":
+            message, body = group[0]
+            headers = {
+                field.encode(): value.encode()
+                for field, value in fields.header_fields(message).items()
+            }
+            if (refusal := await self._post(body, headers)) is not None:
+                unsent[message.at] = refusal
+            return
+        status, refusal = await self._post_status(b"[" + b",".join(b for _, b in group) + b"]")
+        if status == webhook_answers.TOO_LARGE and len(group) > 1:
+            half = len(group) // 2
+            await self._deliver(group[:half], unsent)
+            await self._deliver(group[half:], unsent)
+            return
+        if refusal is not None:
+            for message, _ in group:
+                unsent[message.at] = refusal
+
+    async def _post(self, body: bytes, headers: dict[bytes, bytes] | None = None) -> str | None:
+        return (await self._post_status(body, headers))[1]
+
+    async def _post_status(
+        self, body: bytes, headers: dict[bytes, bytes] | None = None
+    ) -> tuple[int, str | None]:
+        """POST `body`: its status, and None when published or the reason when refused for
+        good; raises BrokerUnavailable for an answer that is not about the message."""
+        if time.monotonic() < self._not_before:
+            raise BrokerUnavailable(
+                "server_error", f"{self._endpoint} asked the relay to wait: {self._waiting}"
+            )
+        headers = dict(headers or {})
         headers[b"content-type"] = b"application/json"
         if self._secret is not None:
             # Signed at each attempt, so a retry carries a fresh timestamp.
@@ -142,7 +185,14 @@ class WebhookTarget:
             self._client = httpx.AsyncClient(auth=self._auth, timeout=None)
         try:
             async with asyncio.timeout(self._timeout):
-                response = await self._client.post(self._endpoint, content=body, headers=headers)
+                request = self._client.build_request(
+                    "POST", self._endpoint, content=body, headers=headers
+                )
+                response = await self._client.send(request, stream=True)
+                try:
+                    start = await webhook_answers.read_start(response)
+                finally:
+                    await response.aclose()
         except TimeoutError as error:
             await self.close()
             raise BrokerUnavailable(
@@ -153,18 +203,17 @@ class WebhookTarget:
             raise BrokerUnavailable(
                 "connection", f"{self._endpoint}: {type(error).__name__}: {_line(str(error))}"
             ) from error
-        status = response.status_code
-        if 200 <= status < 300:
-            return None
-        if 300 <= status < 400:
-            location = response.headers.get("location", "nowhere")
-            return f"HTTP {status}: redirects to {location!r}, and redirects are not followed"
-        answer = f"HTTP {status}: {_line(response.text)[:_REASON_LENGTH] or response.reason_phrase}"
-        if status >= 500 or status in _NOT_NOW:
-            raise BrokerUnavailable("server_error", f"{self._endpoint} answered {answer}")
-        if status in _SENDER_REFUSED:
-            raise BrokerUnavailable("refused", f"{self._endpoint} answered {answer}")
-        return answer
+        now = time.monotonic()
+        self._not_before = webhook_answers.retry_after(response, now) or 0.0
+        if self._not_before > now:
+            until = time.localtime(time.time() + self._not_before - now)
+            said = response.headers.get("retry-after", "")
+            self._waiting = f"HTTP {response.status_code}, Retry-After: {said} (until"
+            self._waiting += f" {time.strftime('%H:%M:%S', until)}; nothing is POSTed before)"
+        return response.status_code, webhook_answers.meaning(self._endpoint, response, start)
+
+    async def check(self) -> None:
+        """Nothing to check without POSTing: a receiver's settings show in its answers."""
 
     async def close(self) -> None:
         """Drop the connections; the next publish opens new ones."""

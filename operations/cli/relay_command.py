@@ -1,5 +1,6 @@
 """`outbox relay`: the daemon with a relay as its handler (see the `relays` package)."""
 
+import asyncio
 from pathlib import Path
 
 import click
@@ -55,5 +56,6 @@ def relay(
     if url is None:
         raise click.UsageError("name a --to URL (or `to` in the config's [relay] table)")
     relay_handler = relays.handler(url, declare=bool(declare))
+    asyncio.run(relay_handler.check())
     registry = relay_handler.metrics.registry
     serve(context, names, relay_handler, option_values, [registry], [relay_handler.close])

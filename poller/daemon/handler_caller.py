@@ -18,6 +18,7 @@ from poller.batch_handlers import BatchOptions, batch_failures, batch_options
 from poller.daemon.handlers import Handler, is_async
 from poller.daemon.pacing import Turns
 from poller.daemon.runs import HANDLER_REQUESTS, MayStart, Run, outcome_of
+from poller.handler_deadlines import call_deadline, calling_until
 from poller.message import Message
 from poller.subscription import Deliver, Envelope, Outcome, OutcomeKind
 
@@ -65,7 +66,8 @@ class HandlerCaller:
         while (command := run.claim(may_start)) is not None:
             message = delivered_message(command)
             try:
-                await handler(message)
+                with calling_until(run.deadline()):
+                    await handler(message)
             except BaseException as error:  # the handler's failure is data, whatever it is
                 if _cancelled_from_outside(error):
                     raise
@@ -81,7 +83,8 @@ class HandlerCaller:
             return
         messages = [delivered_message(command) for command in commands]
         try:
-            result = await self._handler(messages)
+            with calling_until(run.deadline()):
+                result = await self._handler(messages)
         except BaseException as error:
             if _cancelled_from_outside(error):
                 raise
@@ -110,9 +113,10 @@ class HandlerCaller:
         while (command := run.claim(may_start)) is not None:
             message = delivered_message(command)
             try:
-                result = handler(message)
-                if inspect.isawaitable(result):  # a plain def that returns an awaitable
-                    _await_on(loop, result)
+                with calling_until(run.deadline()):
+                    result = handler(message)
+                    if inspect.isawaitable(result):  # a plain def that returns an awaitable
+                        _await_on(loop, result)
             except BaseException as error:  # the handler's failure is data, whatever it is
                 outcome = _failed(command, message, error)
             else:
@@ -128,9 +132,10 @@ class HandlerCaller:
             return
         messages = [delivered_message(command) for command in commands]
         try:
-            result = self._handler(messages)
-            if inspect.isawaitable(result):
-                result = _await_on(loop, result)
+            with calling_until(run.deadline()):
+                result = self._handler(messages)
+                if inspect.isawaitable(result):
+                    result = _await_on(loop, result)
         except BaseException as error:
             run.ended_batch(_batch_failed(commands, messages, error))
         else:
@@ -236,8 +241,10 @@ def _log_failure(subject: Message | list[Message], error: BaseException) -> None
 
 def _await_on(loop: asyncio.AbstractEventLoop, result: Awaitable[Any]) -> Any:
     """Await on the daemon's loop from a handler thread, which waits for the result."""
+    deadline = call_deadline()  # the thread's, for the task the loop runs it in
 
     async def awaited() -> Any:
-        return await result
+        with calling_until(deadline):
+            return await result
 
     return asyncio.run_coroutine_threadsafe(awaited(), loop).result()

@@ -83,6 +83,12 @@ class Run:
             self.current = (claimed, time.monotonic())
         return claimed
 
+    def deadline(self) -> float | None:
+        """When the machine may fail the call running now: its claim plus n x message_timeout
+        (the machine times from a later tick, so never earlier than this); None if none runs."""
+        current = self.current
+        return None if current is None else current[1] + self._timeout * len(current[0])
+
     def ended(self, outcome: Outcome) -> bool:
         """Record the outcome of the delivery `claim` returned last (stamped with the time its
         call returned); False if the run must stop here."""

@@ -14,6 +14,7 @@ import nats
 import redis
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 
+from relays import fields
 from tests.support.brokers import NATS, RABBITMQ, REDIS
 
 Entry = tuple[str, str | None, str]
@@ -29,6 +30,9 @@ class Destination:
     """Entries the broker holds (repeats included): cheap, for waiting on progress."""
     remove: Callable[[], None]
     exactly_once: bool
+    wipe: Callable[[], None] = lambda: None
+    """Lose every entry, as an operator's mistake would (Redis: the stream deleted and made
+    again; NATS: the stream purged): what a rebuild starts from."""
 
     @property
     def address(self) -> tuple[str, int]:
@@ -52,6 +56,10 @@ def redis_stream() -> Destination:
         client.delete(*keys)
         client.close()
 
+    def wipe() -> None:
+        client.delete(stream)
+        client.xadd(stream, {"created": "by the test"})
+
     return Destination(
         REDIS,
         lambda port: f"redis://127.0.0.1:{port}/0?stream={stream}",
@@ -59,6 +67,7 @@ def redis_stream() -> Destination:
         lambda: int(client.xlen(stream)) - 1,
         remove,
         True,
+        wipe,
     )
 
 
@@ -81,7 +90,7 @@ def nats_stream() -> Destination:
         entries: list[Entry] = []
         while len(entries) < held:
             for message in await reader.fetch(min(1000, held - len(entries)), timeout=10):
-                headers = message.headers or {}
+                headers = fields.read_header_fields(message.headers or {})
                 entries.append(
                     (
                         headers["outbox-position"],
@@ -103,6 +112,11 @@ def nats_stream() -> Destination:
         await connection.jetstream().delete_stream(name)
         await connection.close()
 
+    async def purge() -> None:
+        connection = await nats.connect(f"nats://{NATS[1]}:{NATS[2]}")
+        await connection.jetstream().purge_stream(name)
+        await connection.close()
+
     asyncio.run(create())
     return Destination(
         NATS,
@@ -111,6 +125,7 @@ def nats_stream() -> Destination:
         lambda: asyncio.run(count()),
         lambda: asyncio.run(delete()),
         True,
+        lambda: asyncio.run(purge()),
     )
 
 

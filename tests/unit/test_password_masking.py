@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from outbox.database_url import PasswordMaskingFilter, mask_password
+from outbox.database_url import PasswordMaskingFilter, mask_password, mask_userinfo
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,11 @@ from outbox.database_url import PasswordMaskingFilter, mask_password
         ),
         ("postgresql:/app:s3cret@db/x", "postgresql:/app:***@db/x"),
         ("app:s3cret@db:5432/x", "app:***@db:5432/x"),
+        # A token is the whole user-info; a password may hold an unencoded '/' or '@'.
+        ("nats://s3cretTOKEN@h:4222?subject=a", "nats://***@h:4222?subject=a"),
+        ("at redis://u:pa/ss@h/0 and", "at redis://u:***@h/0 and"),
+        ("nats://u:p@ss@h:4222?subject=a", "nats://u:***@h:4222?subject=a"),
+        ("http://u:p@w/d@h:1/hook", "http://u:***@h:1/hook"),
     ],
 )
 def test_passwords_are_masked(text: str, masked: str) -> None:
@@ -33,6 +38,19 @@ def test_masking_a_long_value_takes_linear_time(text: str) -> None:
     started = time.monotonic()
     mask_password(text)
     assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("nats://u:s3cret@h:4222?subject=a", "nats://***@h:4222?subject=a"),
+        ("nats://s3cretTOKEN@h", "nats://***@h"),
+        ("redis://u:pa/ss@h/0?stream=s", "redis://***@h/0?stream=s"),
+        ("http://h/hook", "http://h/hook"),
+    ],
+)
+def test_a_relay_url_shows_no_user_info(url: str, masked: str) -> None:
+    assert mask_userinfo(url) == masked
 
 
 def test_log_records_and_their_arguments_are_masked(caplog: pytest.LogCaptureFixture) -> None:

@@ -2,6 +2,8 @@
 
 import asyncio
 import contextlib
+import dataclasses
+import logging
 import shutil
 import socket
 import time
@@ -13,13 +15,14 @@ import nats.js.errors
 import orjson
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import StorageType
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
 from poller.message import Message
 from relays import fields
 from relays.kinds import open_target
-from relays.nats_target import DUPLICATE_WINDOW
+from relays.nats_streams import DUPLICATE_WINDOW, stream_warnings
 from relays.target import BrokerUnavailable, Target
 from relays.target_url import RelayUrlError
 from tests.support.brokers import NATS, answers, require
@@ -143,8 +146,8 @@ async def proxy() -> AsyncIterator[Proxy]:
 
 
 def expected(message: Message, subject: str) -> tuple[str, bytes, dict[str, str]]:
-    headers = fields.metadata(message)
-    headers["Nats-Msg-Id"] = fields.message_id(message)
+    headers = fields.header_fields(message)
+    headers["Nats-Msg-Id"] = fields.dedup_id(message)
     return subject, fields.payload(message), headers
 
 
@@ -282,9 +285,8 @@ async def test_declare_names_a_stream_it_cannot_create(jet: Jet) -> None:
         await target.publish(batch(1))
 
     assert raised.value.kind == "missing"
-    assert f"cannot create stream '{stream}' for subjects 'other{jet.prefix}.>'" in (
-        raised.value.reason
-    )
+    assert f"stream '{stream}' captures none of 'other{jet.prefix}.>'" in raised.value.reason
+    assert "--declare" not in raised.value.reason  # it runs with it
 
 
 async def test_messages_it_can_never_take_are_refused_for_good(jet: Jet) -> None:
@@ -355,6 +357,7 @@ async def test_wrong_password_is_refused_without_showing_it(guarded_server: str)
     assert SECRET not in refused.value.reason
     assert "refused the login" in refused.value.reason
     assert let_in.value.kind == "missing"
+    assert f"NATS nats://{guarded_server} has no JetStream" in let_in.value.reason
     await wrong.close()
     await right.close()
 
@@ -377,3 +380,88 @@ def test_bad_url_is_refused(query: str, complaint: str) -> None:
 
     assert complaint in str(raised.value)
     assert SECRET not in str(raised.value)
+
+
+async def test_a_subject_the_declared_stream_cannot_capture_parks_that_message_only(
+    jet: Jet,
+) -> None:
+    stream = jet.stream_name()
+    query = f"subject={jet.prefix}.{{partition_key}}.created&stream={stream}"
+    target = jet.target(query, declare=True)
+    a = made_messages(1, key="a")
+    dotted = made_messages(1, key="customer.7", first_transaction=2000)
+    b = made_messages(1, key="b", first_transaction=3000)
+
+    unsent = await target.publish(a + dotted + b)
+
+    assert list(unsent) == [dotted[0].at]
+    reason = unsent[dotted[0].at]
+    assert isinstance(reason, str)
+    assert f"does not capture subject '{jet.prefix}.customer.7.created'" in reason
+    assert [subject for subject, _, _ in await jet.held(stream)] == [
+        f"{jet.prefix}.a.created",
+        f"{jet.prefix}.b.created",
+    ]
+
+
+async def test_a_service_answering_on_a_subject_parks_that_message_only(jet: Jet) -> None:
+    stream = await jet.stream()  # captures prefix.>
+    service = await jet.nc.subscribe(f"svc{jet.prefix}.orders", cb=answer_ok)
+    target = jet.target("subject={partition_key}.orders")
+    stored = made_messages(1, key=jet.prefix)
+    answered = made_messages(1, key=f"svc{jet.prefix}", first_transaction=2000)
+
+    unsent = await target.publish(stored + answered)
+    await service.unsubscribe()
+
+    assert list(unsent) == [answered[0].at]
+    assert "something other than a JetStream stream answers" in str(unsent[answered[0].at])
+    assert len(await jet.held(stream)) == 1
+
+
+async def answer_ok(message: Msg) -> None:
+    await message.respond(b"ok")
+
+
+async def test_declare_declares_again_a_stream_deleted_while_the_relay_runs(jet: Jet) -> None:
+    stream = jet.stream_name()
+    target = jet.target(f"subject={jet.prefix}.{{message_type}}&stream={stream}", declare=True)
+    first, second = batch(10)[:5], batch(10)[5:]
+    assert await target.publish(first) == {}
+    await jet.js.delete_stream(stream)
+
+    with pytest.raises(BrokerUnavailable) as raised:
+        await target.publish(second)  # the missing answer: declared again at the next attempt
+    assert "it is declared again at the next attempt" in raised.value.reason
+    assert "run the relay with --declare" not in raised.value.reason
+    assert await target.publish(second) == {}
+    assert len(await jet.held(stream)) == 5
+
+
+async def test_settings_that_cannot_keep_exactly_once_are_warned_about_at_connect(
+    jet: Jet, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream = jet.stream_name()
+    await jet.js.add_stream(
+        name=stream, subjects=[f"{jet.prefix}.>"], storage=StorageType.MEMORY, duplicate_window=120
+    )
+    target = jet.target(f"subject={jet.prefix}.out", declare=True)  # stream= is OUTBOX
+
+    with caplog.at_level(logging.WARNING, logger="relays.nats_streams"):
+        assert await target.publish(batch(2)) == {}
+        assert await target.publish(batch(2, first_transaction=3000)) == {}
+
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 3, warnings  # once each, not once per batch
+    assert f"stream '{stream}' captures '{jet.prefix}.out', not stream='OUTBOX'" in warnings[0]
+    assert "remembers Msg-Ids for 120 s (duplicate_window)" in warnings[1]
+    assert "keeps its messages in memory" in warnings[2]
+
+
+def test_a_stream_that_discards_new_messages_at_a_limit_is_warned_about() -> None:
+    config = StreamConfig(
+        name="S", subjects=["s.>"], duplicate_window=7200, discard=DiscardPolicy.NEW, max_msgs=10
+    )
+    (warning,) = stream_warnings(config, "S", "s.>")
+    assert "discards new messages at its limits" in warning
+    assert stream_warnings(dataclasses.replace(config, max_msgs=None), "S", "s.>") == []

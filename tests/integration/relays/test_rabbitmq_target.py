@@ -332,15 +332,25 @@ async def test_default_exchange_without_the_queue_is_missing_naming_it(rabbit: R
     assert f"no queue named '{queue}'" in raised.value.reason
 
 
-async def test_a_nack_is_refused(rabbit: Rabbit) -> None:
-    queue = await rabbit.queue(arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
-
-    with pytest.raises(BrokerUnavailable) as raised:
-        await rabbit.target(f"{SERVER}/?routing_key={queue}").publish(made_messages(3))
-
-    assert raised.value.kind == "refused"
-    assert "nacked" in raised.value.reason
-    assert len(await rabbit.read(queue)) == 1
+async def test_a_full_queue_nacks_only_what_it_refused_and_nothing_confirmed_goes_again(
+    rabbit: Rabbit,
+) -> None:
+    queue = await rabbit.queue(arguments={"x-max-length": 3, "x-overflow": "reject-publish"})
+    target = rabbit.target(f"{SERVER}/?routing_key={queue}")
+    messages = made_messages(10)
+    pending, received = messages, []
+    for _ in range(len(messages)):
+        unsent = await target.publish(pending)
+        for answer in unsent.values():
+            assert isinstance(answer, BrokerUnavailable)
+            assert answer.kind == "refused"
+            assert "nacked" in answer.reason
+        assert len(unsent) == len(pending) - 3 or not unsent
+        pending = [message for message in pending if message.at in unsent]
+        received += await rabbit.read(queue)  # the consumer frees the room
+        if not pending:
+            break
+    assert [m.message_id for m in received] == [m.message_id for m in messages]
 
 
 async def test_an_overlong_message_type_is_refused_for_good_and_the_rest_delivered(
@@ -437,7 +447,7 @@ async def test_wrong_password_is_refused_without_the_password(rabbit: Rabbit) ->
         await target.publish(made_messages(1))
 
     assert raised.value.kind == "refused"
-    assert "refused the login of user 'guest'" in raised.value.reason
+    assert "refused the login (check the user name and password)" in raised.value.reason
     assert SECRET not in raised.value.reason
 
 
@@ -519,3 +529,21 @@ async def test_unconfirmed_batch_times_out(rabbit: Rabbit) -> None:
         proxy.held = False
         assert await target.publish(messages) == {}
     assert len(await rabbit.read(queue)) == 7
+
+
+async def test_declare_declares_again_a_queue_deleted_while_the_relay_runs(rabbit: Rabbit) -> None:
+    exchange, queue = rabbit.name("exchange"), rabbit.name("queue")
+    rabbit.exchanges.append(exchange)
+    rabbit.queues.append(queue)
+    target = rabbit.target(f"{SERVER}/?exchange={exchange}&queue={queue}", declare=True)
+    first, second = made_messages(6)[:3], made_messages(6)[3:]
+    assert await target.publish(first) == {}
+    async with rabbit.connection.channel() as channel:
+        await channel.queue_delete(queue)
+
+    with pytest.raises(BrokerUnavailable) as raised:
+        await target.publish(second)  # returned: no queue bound any more
+    assert raised.value.kind == "missing"
+    assert "it is declared again at the next attempt" in raised.value.reason
+    assert await target.publish(second) == {}
+    assert [m.message_id for m in await rabbit.read(queue)] == [m.message_id for m in second]

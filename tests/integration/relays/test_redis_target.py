@@ -1,9 +1,11 @@
 """The Redis streams target against the Redis server on this machine."""
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -16,6 +18,7 @@ from relays.redis_target import RedisTarget
 from relays.target import BrokerUnavailable
 from relays.target_url import RelayUrlError, TargetUrl
 from tests.support.brokers import REDIS, require
+from tests.support.own_servers import own_redis
 from tests.support.relay_messages import made_messages
 
 URL = "redis://127.0.0.1:6379/0"
@@ -90,7 +93,7 @@ async def test_the_same_batch_again_after_a_crash_is_not_added_twice(
     await relay.close()
     assert await client.xlen(prefix) == 50
     assert await entries(client, prefix) == expected(messages)
-    ttl = await client.pttl(f"{prefix}:outbox-published:{fields.message_id(messages[0])}")
+    ttl = await client.pttl(f"{prefix}:outbox-published:{fields.dedup_id(messages[0])}")
     assert 86_000_000 < ttl <= 86_400_000
 
 
@@ -104,7 +107,7 @@ async def test_an_overlapping_batch_adds_only_the_new_messages(
     await relay.publish(messages[20:])
     await relay.close()
     assert await entries(client, prefix) == expected(messages)
-    ttl = await client.pttl(f"{prefix}:outbox-published:{fields.message_id(messages[0])}")
+    ttl = await client.pttl(f"{prefix}:outbox-published:{fields.dedup_id(messages[0])}")
     assert 0 < ttl <= 60_000
 
 
@@ -139,9 +142,13 @@ async def test_a_template_spreads_one_batch_over_two_streams(
     batch = [a[0], b[0], a[1], b[1], a[2], b[2]]
     await create_stream(client, f"{prefix}.a")
     relay = target(f"stream={prefix}.{{partition_key}}")
-    # Stream b is missing: the script stops at b's first message, a[0] already added.
-    with pytest.raises(BrokerUnavailable, match=f"stream '{prefix}.b' does not exist"):
-        await relay.publish(batch)
+    # Stream b is missing: the script stops at b's first message, a[0] already added and
+    # finished; the rest waits.
+    unsent = await relay.publish(batch)
+    assert list(unsent) == [message.at for message in batch[1:]]
+    for answer in unsent.values():
+        assert isinstance(answer, BrokerUnavailable)
+        assert f"stream '{prefix}.b' does not exist" in answer.reason
     assert await entries(client, f"{prefix}.a") == expected(a[:1])
     await create_stream(client, f"{prefix}.b")
     assert await relay.publish(batch) == {}
@@ -163,22 +170,28 @@ async def test_maxlen_trims_the_stream_approximately(
     assert (await entries(client, prefix))[-1] == expected(messages[-1:])[0]
 
 
-async def test_a_key_of_another_type_is_a_server_error_and_loses_nothing(
+async def test_a_key_of_another_type_parks_that_message_only_and_keeps_no_marker(
     client: redis.asyncio.Redis, prefix: str
 ) -> None:
-    await client.set(prefix, "not a stream")
-    messages = made_messages(2)
-    relay = target(f"stream={prefix}")
-    with pytest.raises(BrokerUnavailable, match="WRONGTYPE") as raised:
-        await relay.publish(messages)
-    assert raised.value.kind == "server_error"
-    assert prefix in raised.value.reason
-    assert await dedup_keys(client, prefix) == []  # so the retry below is not taken as a dup
-    await client.delete(prefix)
-    await create_stream(client, prefix)
-    await relay.publish(messages)
+    await client.set(f"{prefix}.w", "another application's key")
+    await create_stream(client, f"{prefix}.a")
+    a = made_messages(2, key="a")
+    wrong = made_messages(1, key="w", first_transaction=2000)
+    relay = target(f"stream={prefix}.{{partition_key}}")
+
+    unsent = await relay.publish([a[0], *wrong, a[1]])
+
+    assert list(unsent) == [wrong[0].at]
+    assert f"the key '{prefix}.w' holds another type than a stream (WRONGTYPE)" in str(
+        unsent[wrong[0].at]
+    )
+    assert await entries(client, f"{prefix}.a") == expected(a)
+    assert await dedup_keys(client, f"{prefix}.w") == []  # a replay is not taken as a dup
+    await client.delete(f"{prefix}.w")
+    await create_stream(client, f"{prefix}.w")
+    assert await relay.publish(wrong) == {}
     await relay.close()
-    assert await entries(client, prefix) == expected(messages)
+    assert await entries(client, f"{prefix}.w") == expected(wrong)
 
 
 @pytest.mark.parametrize(
@@ -191,6 +204,8 @@ async def test_a_key_of_another_type_is_a_server_error_and_loses_nothing(
         ("stream=s&maxlen=0", "maxlen='0' must be a number from 1"),
         ("stream=s&dedup_window=0", "dedup_window='0' must be a number from 1 to"),
         ("stream=s&timeout=0", "timeout='0'"),
+        ("stream=s&dedup_generation=1.5", "dedup_generation=1.5 must be a whole number"),
+        ("stream=s&dedup_generation=-1", "dedup_generation='-1' must be a number from 0"),
     ],
 )
 def test_bad_parameters_are_refused_at_start(query: str, complaint: str) -> None:
@@ -208,7 +223,7 @@ def test_a_path_that_is_not_a_database_number_is_refused(path: str) -> None:
 def test_the_database_defaults_to_0_and_rediss_is_accepted() -> None:
     assert isinstance(open_target("redis://127.0.0.1?stream=s"), RedisTarget)
     assert open_target("rediss://u:s3cret@127.0.0.1:6380/2?stream=s").name == (
-        "rediss://u:***@127.0.0.1:6380/2?stream=s"
+        "rediss://***@127.0.0.1:6380/2?stream=s"
     )
 
 
@@ -271,3 +286,35 @@ async def test_publish_after_close_reconnects(client: redis.asyncio.Redis, prefi
     await relay.publish(messages[2:])
     await relay.close()
     assert await entries(client, prefix) == expected(messages)
+
+
+async def test_settings_that_cannot_keep_exactly_once_are_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = ("--appendonly", "no", "--maxmemory-policy", "volatile-lru")
+    with own_redis(tmp_path, *settings) as port, caplog.at_level(logging.INFO):
+        relay = target("stream=s&dedup_window=60", url=f"redis://127.0.0.1:{port}/0", declare=True)
+        await relay.publish(made_messages(2))
+        await relay.publish(made_messages(2, first_transaction=3000))
+        await relay.close()
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("relays")]
+    assert len(said) == 3, said
+    assert "dedup_window=60 s: a batch published again after an outage" in said[0]
+    assert "without its append-only file (appendonly no)" in said[1]
+    assert "maxmemory-policy volatile-lru: under memory pressure Redis evicts" in said[2]
+
+
+async def test_a_refused_config_get_says_only_what_the_promise_assumes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    disabled = ("--rename-command", "CONFIG", "")  # as managed Redis services do
+    with own_redis(tmp_path, *disabled) as port, caplog.at_level(logging.INFO):
+        relay = target("stream=s", url=f"redis://127.0.0.1:{port}/0", declare=True)
+        assert await relay.publish(made_messages(1)) == {}
+        await relay.close()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("relays")]
+    assert len(said) == 1, said
+    level, line = said[0]
+    assert level == logging.INFO
+    assert "cannot read Redis' persistence settings" in line
+    assert "assumes appendonly yes" in line

@@ -1,7 +1,9 @@
 """The relay over real targets: what it makes of a confirmation, a refusal for good and an
 outage, and the metrics it keeps of each."""
 
+import logging
 import uuid
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from threading import Thread
 
@@ -9,7 +11,11 @@ import pytest
 import redis
 
 import relays
+from outbox.positions import Position
+from poller.message import Message
 from poller.outcomes import DestinationUnavailable, ParkMessage
+from relays.relay import Relay
+from relays.target import BrokerUnavailable, Unsent
 from tests.support import brokers
 from tests.support.relay_messages import made_messages
 
@@ -40,7 +46,7 @@ async def test_an_outage_is_destination_unavailable_and_counted_by_kind() -> Non
     with pytest.raises(DestinationUnavailable) as raised:
         await relay(made_messages(3))
     assert "s3cret" not in str(raised.value)
-    assert "redis://user:***@127.0.0.1:1" in str(raised.value)
+    assert "redis://***@127.0.0.1:1" in str(raised.value)
     assert relay.problem is not None
     assert sample(relay, "outbox_relay_broker_errors_total", kind="connection") == 1
     assert sample(relay, "outbox_relay_failing") == 1
@@ -75,3 +81,51 @@ async def test_a_refusal_for_good_parks_with_the_status_in_the_reason() -> None:
         assert isinstance(outcome, ParkMessage)
         assert "HTTP 422: unknown order type" in outcome.reason
     assert sample(relay, "outbox_relay_messages_refused_total") == 2
+
+
+class Answering:
+    """A target that answers each batch as the test scripted (the relay's own logic only)."""
+
+    name = "scripted://target"
+
+    def __init__(self, unsent: Mapping[Position, Unsent]) -> None:
+        self.unsent = unsent
+
+    async def publish(self, messages: Sequence[Message]) -> Mapping[Position, Unsent]:
+        return {
+            at: answer for at, answer in self.unsent.items() if any(m.at == at for m in messages)
+        }
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_what_the_broker_could_not_take_now_holds_the_later_messages_of_its_key() -> None:
+    a0, a1, a2 = made_messages(3, key="a")
+    b0, b1 = made_messages(2, key="b", first_transaction=2000)
+    (keyless,) = made_messages(1, key=None, first_transaction=3000)
+    nacked = BrokerUnavailable("refused", "nacked")
+    relay = Relay(Answering({a1.at: nacked, b0.at: "too large"}))
+
+    outcomes = await relay([a0, b0, a1, b1, keyless, a2])
+
+    assert set(outcomes) == {b0.at, a1.at, a2.at}
+    assert isinstance(outcomes[b0.at], ParkMessage)  # refused for good: b1 goes on
+    assert isinstance(outcomes[a1.at], DestinationUnavailable)
+    assert isinstance(outcomes[a2.at], DestinationUnavailable)  # confirmed, but behind a1
+    assert f"behind {a1.at} of its key" in str(outcomes[a2.at])
+    assert sample(relay, "outbox_relay_messages_published_total") == 3
+    assert sample(relay, "outbox_relay_broker_errors_total", kind="refused") == 1
+    assert relay.problem == "nacked"
+
+
+async def test_a_destination_unreachable_at_start_is_checked_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    relay = relays.handler("nats://s3cretTOKEN@127.0.0.1:1?subject=orders.out")
+    with caplog.at_level(logging.WARNING):
+        await relay.check()
+    (line,) = [record.getMessage() for record in caplog.records]
+    assert "cannot check the destination at start" in line
+    assert "checked when the relay connects" in line
+    assert "s3cretTOKEN" not in line

@@ -1,10 +1,12 @@
 """The webhook target against a real HTTP server on 127.0.0.1, run by the test in a thread."""
 
+import asyncio
 import base64
 import dataclasses
 import email.message
 import hashlib
 import hmac
+import logging
 import re
 import textwrap
 import threading
@@ -44,6 +46,8 @@ class Reply:
     headers: tuple[tuple[str, str], ...] = ()
     hang: bool = False
     """Answer nothing until the test ends."""
+    huge: int = 0
+    """Answer a body of this many bytes (of x), written until the client stops reading."""
 
 
 class Receiver:
@@ -53,6 +57,9 @@ class Receiver:
         self.requests: list[Request] = []
         self.replies: list[Reply] = []
         self.released = threading.Event()
+        self.written = 0
+        """Bytes of a huge answer the receiver managed to write."""
+        self.huge_done = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -69,9 +76,24 @@ class Receiver:
                 self.send_response(reply.status)
                 for name, value in reply.headers:
                     self.send_header(name, value)
-                self.send_header("Content-Length", str(len(reply.body)))
+                self.send_header("Content-Length", str(reply.huge or len(reply.body)))
                 self.end_headers()
-                self.wfile.write(reply.body)
+                if reply.huge:
+                    self.write_huge(reply.huge)
+                else:
+                    self.wfile.write(reply.body)
+
+            def write_huge(self, size: int) -> None:
+                chunk = b"x" * 65536
+                try:
+                    while receiver.written < size:
+                        self.wfile.write(chunk)
+                        receiver.written += len(chunk)
+                except OSError:
+                    pass  # the client stopped reading and closed
+                finally:
+                    self.close_connection = True
+                    receiver.huge_done.set()
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: pytest shows what matters."""
@@ -83,6 +105,10 @@ class Receiver:
 
     def url(self, query: str = "", path: str = "/hooks/outbox") -> str:
         return f"http://127.0.0.1:{self.port}{path}?{query}"
+
+    def wait_written(self) -> int:
+        assert self.huge_done.wait(10), "the huge answer was read to its end"
+        return self.written
 
     def stop(self) -> None:
         self.released.set()
@@ -225,15 +251,21 @@ async def test_a_server_error_makes_the_batch_wait_then_it_goes_through(
     assert orjson.loads(second.body) == [expected_body(m) for m in messages]
 
 
-async def test_mode_message_sends_again_only_what_was_not_answered(receiver: Receiver) -> None:
+async def test_mode_message_names_each_outcome_and_the_rest_waits_behind_a_failure(
+    receiver: Receiver,
+) -> None:
     messages = made_messages(5)
     target = open_target(receiver.url())
     receiver.replies = [Reply(), Reply(422, b"no"), Reply(503)]
-    with pytest.raises(BrokerUnavailable) as raised:
-        await target.publish(messages)
-    assert raised.value.kind == "server_error"
-    # The same batch again: the published and refused ones are not sent twice.
-    assert await target.publish(messages) == {messages[1].at: "HTTP 422: no"}
+    unsent = await target.publish(messages)
+    # Published: finished, never sent again; refused: parked; from the 503 on: later.
+    assert unsent[messages[1].at] == "HTTP 422: no"
+    for message in messages[2:]:
+        answer = unsent[message.at]
+        assert isinstance(answer, BrokerUnavailable)
+        assert answer.kind == "server_error"
+    assert set(unsent) == {m.at for m in messages[1:]}
+    assert await target.publish(messages[2:]) == {}
     await target.close()
     assert sent_ids(receiver) == ids(messages[:3] + messages[2:])
 
@@ -242,12 +274,12 @@ async def test_a_4xx_refuses_that_message_for_good_and_the_rest_go_on(receiver: 
     messages = made_messages(4)
     target = open_target(receiver.url())
     long_body = b"  invalid\n  order: " + b"x" * 300
-    receiver.replies = [Reply(), Reply(422, long_body), Reply(404, b"")]
+    receiver.replies = [Reply(), Reply(422, long_body), Reply(400, b"")]
     refused = await target.publish(messages)
     await target.close()
     assert refused == {
         messages[1].at: "HTTP 422: " + ("invalid order: " + "x" * 300)[:200],
-        messages[2].at: "HTTP 404: Not Found",
+        messages[2].at: "HTTP 400: Bad Request",
     }
     assert sent_ids(receiver) == ids(messages)
 
@@ -261,17 +293,107 @@ async def test_a_4xx_in_mode_batch_refuses_every_message_of_it(receiver: Receive
     assert len(receiver.requests) == 1
 
 
-async def test_a_redirect_is_not_followed_and_names_its_location(receiver: Receiver) -> None:
-    [message] = made_messages(1)
+@pytest.mark.parametrize(
+    ("status", "kind", "said"),
+    [
+        (307, "refused", "a redirect to '{location}'; redirects are not followed"),
+        (404, "missing", "HTTP 404: gone (the endpoint, not a message: check the URL"),
+        (405, "missing", "HTTP 405: gone (the endpoint, not a message"),
+        (410, "missing", "HTTP 410: gone (the endpoint, not a message"),
+    ],
+)
+async def test_a_wrong_endpoint_parks_nothing_and_says_what_to_fix(
+    receiver: Receiver, status: int, kind: str, said: str
+) -> None:
+    messages = made_messages(3)
     target = open_target(receiver.url())
     location = f"http://127.0.0.1:{receiver.port}/elsewhere"
-    receiver.replies = [Reply(307, b"", (("Location", location),))]
-    refused = await target.publish([message])
+    receiver.replies = [Reply(status, b"gone", (("Location", location),))]
+    with pytest.raises(BrokerUnavailable) as raised:
+        await target.publish(messages)
     await target.close()
-    assert refused == {
-        message.at: f"HTTP 307: redirects to {location!r}, and redirects are not followed"
-    }
-    assert [r.path for r in receiver.requests] == ["/hooks/outbox"]
+    assert raised.value.kind == kind
+    assert said.format(location=location) in raised.value.reason
+    assert [r.path for r in receiver.requests] == ["/hooks/outbox"]  # one POST, not one each
+
+
+async def test_a_429_retry_after_is_honoured_and_counts_nothing(receiver: Receiver) -> None:
+    messages = made_messages(2)
+    target = open_target(receiver.url())
+    receiver.replies = [Reply(429, b"slow down", (("Retry-After", "1"),))]
+    with pytest.raises(BrokerUnavailable) as first:
+        await target.publish(messages)
+    asked = time.monotonic()
+    assert "HTTP 429: slow down" in first.value.reason
+    # Called again at once (a short retry backoff): nothing is POSTed before the second.
+    with pytest.raises(BrokerUnavailable) as waiting:
+        await target.publish(messages)
+    assert "Retry-After: 1" in waiting.value.reason
+    assert len(receiver.requests) == 1
+    while time.monotonic() - asked < 1:
+        await asyncio.sleep(0.05)
+    assert await target.publish(messages) == {}
+    await target.close()
+    assert len(receiver.requests) == 3
+
+
+async def test_a_huge_answer_is_read_only_in_its_first_kilobytes(receiver: Receiver) -> None:
+    target = open_target(receiver.url("timeout=5"))
+    receiver.replies = [Reply(422, b"", huge=400 * 1024 * 1024)]
+    started = time.monotonic()
+    refused = await target.publish(made_messages(1))
+    await target.close()
+    assert time.monotonic() - started < 3
+    (reason,) = refused.values()
+    assert reason == "HTTP 422: " + "x" * 200
+    receiver.released.set()
+    assert receiver.wait_written() < 64 * 1024 * 1024  # the sender stopped long before
+
+
+@pytest.mark.parametrize(
+    ("query", "posts"),
+    [("max_messages=2", [2, 2, 1]), ("max_bytes=700", None)],
+)
+async def test_mode_batch_is_split_as_the_url_bounds_it(
+    receiver: Receiver, query: str, posts: list[int] | None
+) -> None:
+    messages = made_messages(5)
+    target = open_target(receiver.url(f"mode=batch&{query}"))
+    assert await target.publish(messages) == {}
+    await target.close()
+    arrays = [orjson.loads(request.body) for request in receiver.requests]
+    sizes = [len(array) for array in arrays]
+    assert [item["message_id"] for array in arrays for item in array] == ids(messages)
+    if posts is not None:
+        assert sizes == posts
+    else:
+        assert max(len(request.body) for request in receiver.requests) <= 700
+        assert len(sizes) > 1
+
+
+async def test_a_413_splits_the_batch_and_parks_only_what_is_too_large_alone(
+    receiver: Receiver,
+) -> None:
+    messages = made_messages(4)
+    target = open_target(receiver.url("mode=batch"))
+    # 4 too large, then its halves: 2 too large, 1 + 1 fine; 2 fine. The last one alone too.
+    too_large = Reply(413, b"")
+    receiver.replies = [too_large, too_large, Reply(), Reply(), too_large, Reply(), too_large]
+    unsent = await target.publish(messages)
+    await target.close()
+    assert unsent == {messages[3].at: "HTTP 413: Request Entity Too Large"}
+    sizes = [len(orjson.loads(request.body)) for request in receiver.requests]
+    assert sizes == [4, 2, 1, 1, 2, 1, 1]
+
+
+async def test_the_client_logs_no_line_per_post(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = open_target(receiver.url())
+    with caplog.at_level(logging.INFO):
+        assert await target.publish(made_messages(3)) == {}
+    await target.close()
+    assert [record.getMessage() for record in caplog.records] == []
 
 
 @pytest.mark.parametrize("status", [401, 403])
@@ -287,20 +409,16 @@ async def test_a_receiver_refusing_the_sender_parks_nothing(
     assert f"HTTP {status}: bad signature" in raised.value.reason
 
 
-async def test_a_header_http_cannot_carry_refuses_only_that_message(receiver: Receiver) -> None:
-    odd = made_messages(1, key="line\nbreak", first_transaction=2000)
-    messages = made_messages(1) + odd + made_messages(1, first_transaction=3000)
+async def test_a_value_http_headers_cannot_carry_goes_percent_encoded(receiver: Receiver) -> None:
+    odd = made_messages(1, key=" line\nbreak ", first_transaction=2000)
     target = open_target(receiver.url())
-    refused = await target.publish(messages)
-    assert list(refused) == [odd[0].at]
-    assert fields.PARTITION_KEY in refused[odd[0].at]
-    assert sent_ids(receiver) == ids(messages[::2])
+    assert await target.publish(odd) == {}
     await target.close()
-
-    in_batch = open_target(receiver.url("mode=batch"))
-    assert await in_batch.publish(odd) == {}
-    await in_batch.close()
-    assert orjson.loads(receiver.requests[-1].body)[0]["partition_key"] == "line\nbreak"
+    request = receiver.requests[-1]
+    assert request.header(fields.ENCODED) == fields.PARTITION_KEY
+    sent = {name: request.header(name) or "" for name in fields.header_fields(odd[0])}
+    assert fields.read_header_fields(sent) == fields.metadata(odd[0])
+    assert orjson.loads(request.body)["partition_key"] == " line\nbreak "
 
 
 async def test_a_receiver_that_hangs_past_timeout_is_a_timeout(receiver: Receiver) -> None:
@@ -339,6 +457,9 @@ def test_a_secret_env_naming_no_set_variable_is_refused_naming_it(
         ("colour=red", "unknown parameter 'colour'"),
         ("timeout=0", "timeout='0' must be a number from 0.1 to 600"),
         ("mode=batch&mode=message", "parameter 'mode' is given twice"),
+        ("max_messages=10", "max_messages= and max_bytes= need mode=batch"),
+        ("mode=batch&max_messages=1.5", "max_messages=1.5 must be a whole number"),
+        ("mode=batch&max_bytes=10", "max_bytes='10' must be a number from 64"),
     ],
 )
 def test_bad_parameters_are_refused(query: str, complaint: str) -> None:
