@@ -3,7 +3,7 @@
 UV ?= $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast install lint bench uv
+.PHONY: demo test test-fast install lint bench uv tools
 
 uv:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --user --quiet uv
@@ -15,6 +15,22 @@ uv:
 # with bytecode. About 11 s once; later runs only check timestamps.
 install: uv
 	$(UV) sync --locked --all-extras --compile-bytecode
+
+# promtool and prometheus, from Debian's `prometheus` package, for the alert rules' tests
+# (tests/integration/test_alert_rules.py, test_alerts_on_prometheus.py); without them those
+# tests skip, saying so. Installed only where missing and apt-get runs as root (CI does this);
+# elsewhere, say what to install. The package's service is not started: its maintainer script
+# asks policy-rc.d, and the tests run a Prometheus of their own on a free port.
+tools:
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then \
+	  :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	else \
+	  echo "promtool or prometheus missing: install Debian's prometheus package (as root:" \
+	    "apt-get install --no-install-recommends prometheus); the alert tests skip until then"; \
+	fi
 
 demo: install
 	$(UV) run --locked outbox demo

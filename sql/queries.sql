@@ -446,3 +446,35 @@ SELECT extract(epoch FROM transaction_age)::float8
 FROM outbox.blocking_transactions
 ORDER BY transaction_id
 LIMIT 1
+
+-- metrics_blocked_deliveries --
+-- Per subscription, the committed messages after its checkpoint that the safe frontier still hides (they wait for older transactions to end), and up to %(per_subscription)s of the open transactions that hold them back, oldest first, open for at least %(minimum_age_seconds)s s (null columns when none is: none, or only sessions this role cannot see, which need pg_read_all_stats).
+SELECT s.subscription_id, hidden.messages, b.kind, b.pid, b.application_name, b.user_name,
+       b.database, extract(epoch FROM b.transaction_age)::float8
+FROM outbox.subscriptions AS s
+CROSS JOIN LATERAL (
+    SELECT count(*) AS messages, min(m.transaction_id) AS oldest_transaction_id
+    FROM outbox.messages AS m
+    WHERE m.publication_id = s.publication_id
+      AND (m.transaction_id, m.position)
+          > (s.last_processed_transaction_id, s.last_processed_position)
+      AND m.transaction_id >= pg_snapshot_xmin(pg_current_snapshot())
+) AS hidden
+LEFT JOIN LATERAL (
+    SELECT b.kind, b.pid, b.application_name, b.user_name, b.database, b.transaction_age
+    FROM outbox.blocking_transactions AS b
+    WHERE b.transaction_id < hidden.oldest_transaction_id
+      AND b.transaction_age >= %(minimum_age_seconds)s * interval '1 second'
+    ORDER BY b.transaction_start
+    LIMIT %(per_subscription)s
+) AS b ON true
+WHERE s.subscription_id = ANY(%(subscriptions)s)
+
+-- metrics_retention_holders --
+-- Per kind of holder (subscription, spark, consumer, parked), the one that holds the oldest partition that kind holds, and seconds since it holds it (its oldest message there appended, or parked): outbox.retention_status read through its functions, which every role may call.
+SELECT DISTINCT ON (h.kind) h.kind, h.holder,
+       extract(epoch FROM clock_timestamp() - h.held_since)::float8
+FROM outbox.message_partitions() AS p
+CROSS JOIN LATERAL outbox.message_partition_holder(p.first_position, p.end_position, NULL) AS h
+WHERE h.kind <> 'unfilled' AND h.held_since IS NOT NULL
+ORDER BY h.kind, p.first_position

@@ -146,7 +146,7 @@ class LeadershipTerm:
         writer = asyncio.create_task(self._write_loop(), name=f"{name}:writer")
         stopping = asyncio.create_task(self._stopped(), name=f"{name}:stop")
         loops = {reader, ticker, writer}
-        self._metrics.leading(self.machine)
+        self._metrics.leading(self.machine, self._unit)
         try:
             done, _ = await asyncio.wait(loops | {stopping}, return_when=asyncio.FIRST_COMPLETED)
             for task in done & loops:

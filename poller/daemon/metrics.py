@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from poller.batch_handlers import batch_failures, batch_handler, batch_options
 from poller.daemon.handlers import Handler, is_async
 from poller.daemon.options import DaemonOptions
+from poller.membership import ShardUnit
 from poller.message import Message
 from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.subscription import SubscriptionSettings
@@ -150,12 +151,15 @@ class SubscriptionMetrics:
         self._views: list[TermView] = []
         self.last_database_answer: float | None = None  # time.monotonic()
         self._message_timeout = float("inf")
+        # Leadership terms this process started, by shard (`SHARD/COUNT`); on the loop only.
+        self.terms_started: Counter[str] = Counter()
 
     # Hooks --------------------------------------------------------------------------------
 
-    def leading(self, view: TermView) -> None:
-        """A leadership term began; `view` describes it until `standing_by(view)`."""
+    def leading(self, view: TermView, shard: ShardUnit) -> None:
+        """A leadership term of `shard` began; `view` describes it until `standing_by(view)`."""
         self._views.append(view)
+        self.terms_started[str(shard)] += 1
         # Read here, on the loop: handler threads compare durations with it.
         self._message_timeout = view.settings.message_timeout
 

@@ -3,9 +3,10 @@
 The counters and the handler histogram come from the subscriptions' tallies. Nothing on the
 delivery path keeps the gauges; two sources give them: the running leadership terms' views
 (read on the event loop, where the state machines live) and one short database visit (the
-status view, the shard view, and the transaction that holds back the safe frontier). Either may be
-unavailable (a busy loop, a database that is down); a scrape then lacks those families and
-says so in `outbox_database_up`, and still answers.
+status view, the shard view, the transactions that hold back the safe frontier and committed
+messages, and what holds retention back). Either may be unavailable (a busy loop, a
+database that is down); a scrape then lacks those families and says so in
+`outbox_database_up`, and still answers.
 """
 
 import itertools
@@ -33,7 +34,12 @@ from poller.daemon.metrics import (
     UNAVAILABLE,
     DaemonMetrics,
 )
-from poller.store.metrics_store import safe_frontier_holder_age, subscription_figures
+from poller.store.metrics_store import (
+    blocked_deliveries,
+    retention_holds,
+    safe_frontier_holder_age,
+    subscription_figures,
+)
 from poller.store.shard_store import shard_statuses
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,11 @@ log = logging.getLogger(__name__)
 # libpq's smallest connect timeout: a scrape must not hang on a database that is gone.
 CONNECT_TIMEOUT_SECONDS = 2
 APPLICATION_NAME = "outbox-poller-metrics"
+
+# Blocking transactions shown per subscription, oldest first, and how long one must have been
+# open to be shown (see _blocked_figures).
+BLOCKERS_PER_SUBSCRIPTION = 3
+BLOCKER_MINIMUM_AGE_SECONDS = 5.0
 
 
 class StateCollector(Collector):
@@ -88,9 +99,9 @@ class StateCollector(Collector):
                 )
         yield from (*counters.values(), retried, parked, durations)
 
-    def _term_figures(self) -> Iterator[GaugeMetricFamily]:
+    def _term_figures(self) -> Iterator[Metric]:
         try:
-            figures = self._metrics.on_loop(self._read_views, LOOP_ANSWER_TIMEOUT)
+            figures, terms = self._metrics.on_loop(self._read_views, LOOP_ANSWER_TIMEOUT)
         except (TimeoutError, RuntimeError):  # a stuck or closed loop: /healthz says which
             log.warning("metrics: the event loop did not answer; no leadership figures")
             return
@@ -109,9 +120,19 @@ class StateCollector(Collector):
             for name, value in values.items():
                 families[name].add_metric([subscription], value)
         yield from families.values()
+        started = CounterMetricFamily(
+            "outbox_leadership_terms",
+            "Leadership terms this process started, by shard (a takeover, a restart, a move).",
+            labels=["subscription", "shard"],
+        )
+        for subscription, by_shard in terms.items():
+            for shard, count in sorted(by_shard.items()):
+                started.add_metric([subscription, shard], count)
+        yield started
 
-    def _read_views(self) -> dict[str, dict[str, float]]:
-        """On the loop. A standby holds nothing, so its figures are 0."""
+    def _read_views(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
+        """On the loop: each subscription's figures (a standby holds nothing, so its are 0),
+        and its leadership terms started so far, by shard."""
         figures = {}
         for name, subscription in self._metrics.subscriptions.items():
             view = subscription.view
@@ -121,7 +142,11 @@ class StateCollector(Collector):
                 "buffered": 0.0 if view is None else view.buffered_count,
                 "retry_queue": 0.0 if view is None else view.retry_queue_length,
             }
-        return figures
+        terms = {
+            name: dict(subscription.terms_started)
+            for name, subscription in self._metrics.subscriptions.items()
+        }
+        return figures, terms
 
     def _database_figures(self) -> Iterator[GaugeMetricFamily]:
         up = gauge("outbox_database_up", "1 if this scrape's database queries answered.", [])
@@ -174,6 +199,41 @@ class StateCollector(Collector):
         if age is not None:  # else its session is hidden from this role: no sample, not a 0
             holder.add_metric([], age)
         yield holder
+        yield from self._blocked_figures(conn)
+        yield from _retention_figures(conn)
+
+    def _blocked_figures(self, conn: psycopg.Connection[Any]) -> Iterator[GaugeMetricFamily]:
+        """What holds back committed messages of each subscription, named: the alert on a
+        blocked delivery says which session to end. At most BLOCKERS_PER_SUBSCRIPTION series
+        per subscription, and only transactions open for BLOCKER_MINIMUM_AGE_SECONDS: the
+        writers' ordinary short transactions would make a new series at every scrape."""
+        blocked = gauge(
+            "outbox_blocked_messages",
+            "Committed messages after the checkpoint that wait for older transactions to end.",
+        )
+        blocking = gauge(
+            "outbox_blocking_transaction_age_seconds",
+            "Age of an open transaction that holds back committed messages of the subscription.",
+            ["subscription", "kind", "pid", "application", "user", "database"],
+        )
+        for delivery in blocked_deliveries(
+            conn,
+            list(self._metrics.subscriptions),
+            per_subscription=BLOCKERS_PER_SUBSCRIPTION,
+            minimum_age_seconds=BLOCKER_MINIMUM_AGE_SECONDS,
+        ):
+            blocked.add_metric([delivery.subscription], delivery.messages)
+            for blocker in delivery.blockers:
+                who = (
+                    blocker.kind,
+                    blocker.pid,
+                    blocker.application,
+                    blocker.user,
+                    blocker.database,
+                )
+                labels = ["" if value is None else str(value) for value in who]
+                blocking.add_metric([delivery.subscription, *labels], blocker.age)
+        yield from (blocked, blocking)
 
     def _shard_figures(self, conn: psycopg.Connection[Any]) -> Iterator[GaugeMetricFamily]:
         """Per shard, as stored (a plain subscription: its one shard, `0/1`). The shard label
@@ -206,6 +266,19 @@ class StateCollector(Collector):
             alive.add_metric(values, shard.leader_alive)
             draining.add_metric(values, shard.draining)
         yield from (transaction, position, behind, alive, draining)
+
+
+def _retention_figures(conn: psycopg.Connection[Any]) -> Iterator[GaugeMetricFamily]:
+    """The same for every daemon of the database (retention is the database's, not a
+    subscription's): one series per kind of holder at most."""
+    held = gauge(
+        "outbox_retention_held_seconds",
+        "How long the oldest partition a kind of holder keeps from retention has been held.",
+        ["kind", "holder"],
+    )
+    for hold in retention_holds(conn):
+        held.add_metric([hold.kind, hold.holder], hold.seconds)
+    yield held
 
 
 def counter(what: str, help_text: str) -> CounterMetricFamily:

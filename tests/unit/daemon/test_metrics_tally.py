@@ -12,6 +12,7 @@ from poller.batch_handlers import batch_handler, batch_options
 from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.metrics import HANDLER_BUCKETS, HandlerTally, SubscriptionMetrics
 from poller.daemon.runs import Run
+from poller.membership import ShardUnit
 from poller.message import Message
 from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
 from poller.subscription import SubscriptionSettings
@@ -91,7 +92,7 @@ async def test_a_sync_handler_returning_an_awaitable_is_timed_to_the_awaitables_
 
 def test_a_call_past_the_message_timeout_is_tallied_timed_out_whatever_it_returned() -> None:
     metrics = SubscriptionMetrics("sub")
-    metrics.leading(FakeView(SubscriptionSettings(message_timeout=0.01)))
+    metrics.leading(FakeView(SubscriptionSettings(message_timeout=0.01)), ShardUnit(1, 0))
     metrics.observed(lambda _message: time.sleep(0.02))(a_message())
     assert metrics.tally.snapshot().calls("timed_out") == 1
 
