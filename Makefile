@@ -17,7 +17,7 @@ install: uv
 	$(UV) sync --locked --all-extras --compile-bytecode
 
 # promtool and prometheus, from Debian's `prometheus` package, for the alert rules' tests
-# (tests/integration/test_alert_rules.py, test_alerts_on_prometheus.py); without them those
+# (tests/acceptance/test_alert_rules.py, test_prometheus_monitoring.py); without them those
 # tests skip, saying so. Installed only where missing and apt-get runs as root (CI does this);
 # elsewhere, say what to install. The package's service is not started: its maintainer script
 # asks policy-rc.d, and the tests run a Prometheus of their own on a free port.
@@ -41,7 +41,7 @@ lint: install
 	$(UV) run --locked mypy
 	$(UV) run --locked lint-imports
 
-test: lint
+test: tools lint
 	$(UV) run --locked pytest $(PYTEST_ARGS)
 
 # The everyday loop: no process-killing fault tests, no Spark.
