@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 
+from poller.daemon.failure_log import FailureLog
 from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.handlers import Handler
 from poller.daemon.log_context import SUBSCRIPTION
@@ -63,6 +64,8 @@ class SubscriptionCoordinator:
         self._notifications = notifications
         self._metrics = metrics
         self._member = new_holder_id()
+        # One log budget for the subscription's handler failures, whichever shard they are of.
+        self._failures = FailureLog(subscription_id)
         self._shards: dict[ShardUnit, _Shard] = {}
         # Shards whose worker ended by itself (a fatal error, or the shard left the layout):
         # not started again until the layout changes.
@@ -155,7 +158,7 @@ class SubscriptionCoordinator:
     def _start(self, unit: ShardUnit, stop: asyncio.Event) -> None:
         # A caller (and thread pool) per shard: a shard's restart waits for its own handlers
         # to be quiet, never for another shard's, which never are under load.
-        caller = HandlerCaller(self._handler, self._options.handler_threads)
+        caller = HandlerCaller(self._handler, self._options.handler_threads, self._failures)
         worker = SubscriptionWorker(
             self._url,
             self._subscription_id,
