@@ -24,7 +24,12 @@ from operations.cli.retention_printing import print_oldest_holder
 from operations.cli.shard_printing import leadership_text
 from poller import administration, inspection
 from poller.daemon import garbage_collection
-from poller.daemon.handlers import Handler, HandlerNotFoundError, load_handler
+from poller.daemon.handlers import (
+    Handler,
+    HandlerNotFoundError,
+    HandlerSignatureError,
+    load_handler,
+)
 from poller.daemon.options import DaemonOptions, command_line_fields, retention_fields
 from poller.daemon.runner import run_daemon
 from poller.daemon.worker import check_pollable
@@ -174,7 +179,7 @@ def _handler(spec: str) -> Handler:
         sys.path.insert(0, os.getcwd())
     try:
         return load_handler(spec)
-    except HandlerNotFoundError:
+    except (HandlerNotFoundError, HandlerSignatureError):
         raise
     except Exception as error:  # the module's own code failed while importing
         raise CommandUsageError(

@@ -114,12 +114,18 @@ def update(context: CommandContext, /, name: str, shards: int | None, **values: 
 
 def _shard_change_text(name: str, change: ShardChange) -> str:
     if change.barrier is None:
-        return f"{escaped(name)} already has {change.shard_count} shards; nothing to change"
+        return f"{escaped(name)} already has {_shards(change.shard_count)}; nothing to change"
+    old, new = change.previous, change.shard_count
+    drain = "the old shard delivers" if old == 1 else f"the {old} old shards deliver"
+    then = "the new shard starts" if new == 1 else "the new ones start"
     return (
-        f"{escaped(name)}: {change.previous} shards -> {change.shard_count}; the"
-        f" {change.previous} old shards deliver up to {change.barrier}, then the new ones"
-        " start after it (`outbox subscription show` follows the change)"
+        f"{escaped(name)}: {_shards(old)} -> {_shards(new)}; {drain} up to {change.barrier},"
+        f" then {then} after it (`outbox subscription show` follows the change)"
     )
+
+
+def _shards(count: int) -> str:
+    return "1 shard" if count == 1 else f"{count} shards"
 
 
 @subscription.command("list")

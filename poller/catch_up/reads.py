@@ -2,11 +2,11 @@
 
 A server restart, a failover or a terminated backend ends the connection, not the
 subscription: the subscription keeps its own position, so reading again after it skips and
-repeats nothing. Opening the first connection is not retried: a wrong URL or a refused login
-fails the first read at once, since waiting cannot fix it.
+repeats nothing. It is opened again under the one reconnect policy (poller/reconnect.py).
+Opening the first connection is not retried: the call that subscribes fails at once (a wrong
+URL, a refused login, no server), and the application decides whether to wait.
 """
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from outbox.database_url import mask_password
 from outbox.positions import Position
 from outbox.queries import QUERIES
 from poller.message import Message
+from poller.reconnect import Reconnector, failure_line
 from poller.store.message_reads import (
     prepare_reader_async,
     safe_frontier_async,
@@ -29,21 +29,23 @@ log = logging.getLogger(__name__)
 
 Result = TypeVar("Result")
 
-# Waits between attempts to open a lost connection: doubling, so a restarting server is not
-# hammered, and capped, so the subscription resumes within seconds once it is back.
-FIRST_RETRY_DELAY = 0.05
-LONGEST_RETRY_DELAY = 5.0
-
 APPLICATION_NAME = "outbox-poller:subscribe"
 
 
 class Reads:
     def __init__(self, url: str) -> None:
-        self._url = url
+        # autocommit (the policy's): each read takes a fresh snapshot, so the frontier moves.
+        self._connections = Reconnector(
+            url,
+            APPLICATION_NAME,
+            "subscription reads",
+            retry_first=False,
+            prepare=prepare_reader_async,
+        )
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def __aenter__(self) -> "Reads":
-        self._conn = await self._connect()
+        self._conn = await self._connections.connect()
         return self
 
     async def __aexit__(
@@ -89,28 +91,13 @@ class Reads:
     async def _retried(
         self, query: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Result]]
     ) -> Result:
-        delay = FIRST_RETRY_DELAY
         while True:
+            if self._conn is None or self._conn.closed:
+                self._conn = await self._connections.connect()
             try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = await self._connect()
                 return await query(self._conn)
             except psycopg.OperationalError as error:
-                log.warning(
-                    "subscription read failed (%s); trying again in %.2f s",
-                    mask_password(str(error)),
-                    delay,
-                )
-                if self._conn is not None:
-                    await self._conn.close()
-                    self._conn = None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, LONGEST_RETRY_DELAY)
-
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        # autocommit: each read takes a fresh snapshot, so the safe frontier moves.
-        conn = await psycopg.AsyncConnection.connect(
-            self._url, autocommit=True, application_name=APPLICATION_NAME
-        )
-        await prepare_reader_async(conn)
-        return conn
+                log.warning("subscription read failed (%s); reconnecting", failure_line(error))
+                await self._conn.close()
+                self._conn = None
+                self._connections.lost()

@@ -1,26 +1,16 @@
 """Early wake-ups for one subscription from NOTIFY (writers that append with `notify=True`).
 
-Its own LISTEN connection, so a read never waits behind it. It only shortens waits: the live
-phase also reads every poll interval, so a lost LISTEN connection costs latency, not messages;
-it is logged and opened again.
+Its own LISTEN connection (poller/listening.py), so a read never waits behind it. It only
+shortens waits: the live phase also reads every poll interval, so a lost LISTEN connection
+costs latency, not messages; it is logged and opened again.
 """
 
 import asyncio
 import contextlib
-import logging
 from types import TracebackType
-from typing import Any
 
-import psycopg
-from psycopg import sql
-
-from outbox.names import NOTIFY_CHANNEL
+from poller.listening import listen
 from poller.waits import wait_event
-
-log = logging.getLogger(__name__)
-
-# Pause before opening a lost LISTEN connection again; polling covers the gap.
-RECONNECT_PAUSE = 1.0
 
 
 class WakeUps:
@@ -31,7 +21,10 @@ class WakeUps:
         self._listener: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> "WakeUps":
-        self._listener = asyncio.create_task(self._listen(), name="outbox-subscribe-listen")
+        self._listener = asyncio.create_task(
+            listen(self._url, "outbox-poller:subscribe-listen", self._heard),
+            name="outbox-subscribe-listen",
+        )
         return self
 
     async def __aexit__(
@@ -50,20 +43,6 @@ class WakeUps:
         await wait_event(self._event, timeout)
         self._event.clear()
 
-    async def _listen(self) -> None:
-        while True:
-            try:
-                await self._listen_once()
-            except psycopg.OperationalError as error:
-                log.info("LISTEN connection lost (%s); polling until it is back", error)
-                await asyncio.sleep(RECONNECT_PAUSE)
-
-    async def _listen_once(self) -> None:
-        conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(
-            self._url, autocommit=True, application_name="outbox-poller:subscribe-listen"
-        )
-        async with conn:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
-            async for notify in conn.notifies():
-                if notify.payload == self._publication:
-                    self._event.set()
+    def _heard(self, publication: str) -> None:
+        if publication == self._publication:
+            self._event.set()

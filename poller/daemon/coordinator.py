@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 
+from poller.daemon.failure_log import FailureLog
 from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.handlers import Handler
 from poller.daemon.log_context import SUBSCRIPTION
@@ -28,10 +29,11 @@ from poller.daemon.options import DaemonOptions
 from poller.daemon.worker import NotPollableError, SubscriptionWorker, check_pollable
 from poller.membership import Layout, ShardUnit, assign
 from poller.message import Message
+from poller.reconnect import Reconnector, failure_line
 from poller.store.leader_store import load_subscription
 from poller.store.membership_store import GroupState, leave_membership, renew_membership
 from poller.store.records import Lease, new_holder_id
-from poller.waits import wait_event
+from poller.waits import Stopped, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ class SubscriptionCoordinator:
         self._notifications = notifications
         self._metrics = metrics
         self._member = new_holder_id()
+        # One log budget for the subscription's handler failures, whichever shard they are of.
+        self._failures = FailureLog(subscription_id)
         self._shards: dict[ShardUnit, _Shard] = {}
         # Shards whose worker ended by itself (a fatal error, or the shard left the layout):
         # not started again until the layout changes.
@@ -73,20 +77,30 @@ class SubscriptionCoordinator:
 
     async def run(self, stop: asyncio.Event) -> None:
         SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
+        connections = Reconnector(
+            self._url, self._member, f"{self._subscription_id} membership", stop=stop
+        )
         conn: psycopg.AsyncConnection[Any] | None = None
         try:
             while not stop.is_set():
                 try:
                     if conn is None:
-                        conn = await self._connect()
+                        conn = await connections.connect()
                         if not await self._pollable(conn):
                             return
                     state = await self._renew(conn)
+                except Stopped:
+                    return  # told to stop while the database was unreachable
                 except psycopg.OperationalError as error:
                     # Keep the shards: each worker watches its own lease and connections.
-                    log.warning("%s: cannot renew membership: %s", self._subscription_id, error)
+                    log.warning(
+                        "%s: cannot renew membership: %s",
+                        self._subscription_id,
+                        failure_line(error),
+                    )
                     await _closed(conn)
                     conn = None
+                    connections.lost()
                 else:
                     if state is None:
                         log.error(
@@ -99,23 +113,21 @@ class SubscriptionCoordinator:
                 await wait_event(stop, self._options.renew_every)
         finally:
             # Leave first: the others start trying this process's leases now, and take each
-            # one the moment its shard's graceful stop releases it.
-            if conn is not None and not conn.closed:
-                with contextlib.suppress(psycopg.Error):
-                    await leave_membership(conn, self._subscription_id, self._member)
-            await _closed(conn)
-            await self._stop_all()
+            # one the moment its shard's graceful stop releases it. Cancelled (a database
+            # that does not answer, see runner.py), the shards are stopped and cancelled too.
+            try:
+                if conn is not None and not conn.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        await leave_membership(conn, self._subscription_id, self._member)
+            finally:
+                await _closed(conn)
+                await self._stop_all()
 
     def running(self) -> list[Message]:
         """Messages whose handlers still run on a thread now: after the process's stop, those
         its shutdown timeout gave up on (nothing that has returned since)."""
         callers = [shard.caller for shard in self._shards.values()] + self._closed_callers
         return [message for caller in callers for message in caller.running()]
-
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(
-            self._url, autocommit=True, application_name=self._member
-        )
 
     async def _pollable(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         lease = Lease(self._subscription_id, self._member, self._options.lease_seconds)
@@ -154,7 +166,7 @@ class SubscriptionCoordinator:
     def _start(self, unit: ShardUnit, stop: asyncio.Event) -> None:
         # A caller (and thread pool) per shard: a shard's restart waits for its own handlers
         # to be quiet, never for another shard's, which never are under load.
-        caller = HandlerCaller(self._handler, self._options.handler_threads)
+        caller = HandlerCaller(self._handler, self._options.handler_threads, self._failures)
         worker = SubscriptionWorker(
             self._url,
             self._subscription_id,

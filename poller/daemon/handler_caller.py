@@ -15,9 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from poller.batch_handlers import BatchOptions, batch_failures, batch_options
+from poller.daemon.failure_log import FailureLog
 from poller.daemon.handlers import Handler, is_async
 from poller.daemon.pacing import Turns
-from poller.daemon.runs import HANDLER_REQUESTS, MayStart, Run, outcome_of
+from poller.daemon.runs import MayStart, Run, outcome_of
 from poller.handler_deadlines import call_deadline, calling_until
 from poller.message import Message
 from poller.subscription import Deliver, Envelope, Outcome, OutcomeKind
@@ -31,8 +32,9 @@ class HandlerCaller:
     """Runs a subscription's handler over runs of deliveries, so a blocking handler never
     stalls reading, leases or checkpoints."""
 
-    def __init__(self, handler: Handler, threads: int) -> None:
+    def __init__(self, handler: Handler, threads: int, failures: FailureLog | None = None) -> None:
         self._handler = handler
+        self._failures = failures or FailureLog()
         self.batch: BatchOptions | None = batch_options(handler)
         self._pool = None if is_async(handler) else ThreadPoolExecutor(threads, "outbox-handler")
         # Runs on threads outlive a cancelled term; a new term waits for them so a key is
@@ -71,7 +73,7 @@ class HandlerCaller:
             except BaseException as error:  # the handler's failure is data, whatever it is
                 if _cancelled_from_outside(error):
                     raise
-                outcome = _failed(command, message, error)
+                outcome = self._failed(command, message, error)
             else:
                 outcome = Outcome(command.delivery_id, _ACKED, "", time.monotonic())
             if not run.ended(outcome):
@@ -88,9 +90,9 @@ class HandlerCaller:
         except BaseException as error:
             if _cancelled_from_outside(error):
                 raise
-            run.ended_batch(_batch_failed(commands, messages, error))
+            run.ended_batch(self._batch_failed(commands, messages, error))
         else:
-            run.ended_batch(batch_outcomes(commands, messages, result, time.monotonic()))
+            run.ended_batch(self._batch_returned(commands, messages, result))
 
     def _on_thread(self, loop: asyncio.AbstractEventLoop, run: Run, may_start: MayStart) -> None:
         thread = threading.get_ident()
@@ -118,7 +120,7 @@ class HandlerCaller:
                     if inspect.isawaitable(result):  # a plain def that returns an awaitable
                         _await_on(loop, result)
             except BaseException as error:  # the handler's failure is data, whatever it is
-                outcome = _failed(command, message, error)
+                outcome = self._failed(command, message, error)
             else:
                 outcome = Outcome(command.delivery_id, _ACKED, "", time.monotonic())
             if not run.ended(outcome):
@@ -137,9 +139,27 @@ class HandlerCaller:
                 if inspect.isawaitable(result):
                     result = _await_on(loop, result)
         except BaseException as error:
-            run.ended_batch(_batch_failed(commands, messages, error))
+            run.ended_batch(self._batch_failed(commands, messages, error))
         else:
-            run.ended_batch(batch_outcomes(commands, messages, result, time.monotonic()))
+            run.ended_batch(self._batch_returned(commands, messages, result))
+
+    def _failed(self, command: Deliver, message: Message, error: BaseException) -> Outcome:
+        ended_at = time.monotonic()  # before the log line, which is not the handler's time
+        self._failures.failed(message, error, first=command.attempt == 1)
+        return outcome_of(command.delivery_id, error, ended_at)
+
+    def _batch_failed(
+        self, commands: list[Deliver], messages: list[Message], error: BaseException
+    ) -> list[Outcome]:
+        ended_at = time.monotonic()
+        first = any(command.attempt == 1 for command in commands)
+        self._failures.failed(messages, error, first=first)
+        return [outcome_of(command.delivery_id, error, ended_at) for command in commands]
+
+    def _batch_returned(
+        self, commands: list[Deliver], messages: list[Message], result: object
+    ) -> list[Outcome]:
+        return batch_outcomes(commands, messages, result, time.monotonic(), self._failures)
 
     def running(self) -> list[Message]:
         """The messages whose handlers run on a thread right now."""
@@ -175,30 +195,23 @@ class HandlerCaller:
 
 
 def batch_outcomes(
-    commands: list[Deliver], messages: list[Message], result: object, ended_at: float
+    commands: list[Deliver],
+    messages: list[Message],
+    result: object,
+    ended_at: float,
+    failure_log: FailureLog,
 ) -> list[Outcome]:
     """A batch handler's return: None (all done) or a mapping of positions to exceptions."""
     if result is None:  # the common case, without a list of Nones
         return [Outcome(command.delivery_id, _ACKED, "", ended_at) for command in commands]
     failures = batch_failures(messages, result)
+    for command, message, failure in zip(commands, messages, failures, strict=True):
+        if failure is not None:
+            failure_log.failed(message, failure, first=command.attempt == 1)
     return [
         outcome_of(command.delivery_id, failure, ended_at)
         for command, failure in zip(commands, failures, strict=True)
     ]
-
-
-def _failed(command: Deliver, message: Message, error: BaseException) -> Outcome:
-    ended_at = time.monotonic()  # before the log line, which is not the handler's time
-    _log_failure(message, error)
-    return outcome_of(command.delivery_id, error, ended_at)
-
-
-def _batch_failed(
-    commands: list[Deliver], messages: list[Message], error: BaseException
-) -> list[Outcome]:
-    ended_at = time.monotonic()
-    _log_failure(messages, error)
-    return [outcome_of(command.delivery_id, error, ended_at) for command in commands]
 
 
 def _cancelled_from_outside(error: BaseException) -> bool:
@@ -220,23 +233,6 @@ def delivered_message(command: Deliver) -> Message:
 def payload_message(envelope: Envelope) -> Message:
     """The machine carries the daemon's Message as an opaque payload; the term put it there."""
     return cast(Message, envelope.payload)
-
-
-def _log_failure(subject: Message | list[Message], error: BaseException) -> None:
-    """The traceback, for whoever debugs a handler; the outcome carries only its message.
-    An exception that is not an `Exception` (KeyboardInterrupt, SystemExit, a BaseException
-    of the handler's own) would end a program: it is a failed attempt here, said out loud."""
-    if isinstance(error, HANDLER_REQUESTS):
-        return
-    if isinstance(error, Exception):
-        log.debug("handler failed on %r", subject, exc_info=error)
-    else:
-        log.warning(
-            "handler raised %s on %r: counted as a failed attempt, the daemon goes on",
-            type(error).__name__,
-            subject,
-            exc_info=error,
-        )
 
 
 def _await_on(loop: asyncio.AbstractEventLoop, result: Awaitable[Any]) -> Any:

@@ -5,6 +5,7 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any
 
+from poller.batch_handlers import batch_options
 from poller.printable import safe_repr
 
 # A Message for a one-message handler, a list of them for a batch handler (batch_handlers.py).
@@ -13,6 +14,10 @@ Handler = Callable[..., Any]
 
 class HandlerNotFoundError(ValueError):
     """The --handler value does not name an importable callable."""
+
+
+class HandlerSignatureError(ValueError):
+    """The handler cannot be called with one message (a batch handler: one list of them)."""
 
 
 class HandlerExited(Exception):  # noqa: N818 - names what the handler did
@@ -44,7 +49,27 @@ def load_handler(spec: str) -> Handler:
     if not callable(target):
         raise HandlerNotFoundError(f"handler {spec!r} is a {type(target).__name__}, not callable")
     handler: Handler = target
+    check_signature(handler, repr(spec))
     return handler
+
+
+def check_signature(handler: Handler, name: str) -> None:
+    """Refuse, before any delivery, a handler the daemon cannot call with one message (a batch
+    handler: with one list): each call would fail and every message would park. Defaults,
+    `*args`, callable objects, `functools.partial` and `batch_handler` objects all pass; a
+    callable whose signature cannot be read (some built-ins) is left to its first call."""
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None)  # what the daemon passes, as it passes it: one positional
+    except TypeError as error:
+        taken = "a list of messages" if batch_options(handler) is not None else "one message"
+        parameters = signature.replace(return_annotation=inspect.Signature.empty)
+        raise HandlerSignatureError(
+            f"handler {name} cannot be called with {taken}: it takes {parameters}: {error}"
+        ) from None
 
 
 def is_async(handler: object) -> bool:

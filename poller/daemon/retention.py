@@ -5,9 +5,12 @@ the others find it taken and skip their turn. `outbox prune` runs the same pass 
 """
 
 import asyncio
+import concurrent.futures
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -17,6 +20,8 @@ from poller.store.retention_store import MessagePartition, RetiredPartition
 from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ async def run_retention(database_url: str, options: DaemonOptions, stop: asyncio
     next interval, never the end of the daemon (retention can always wait)."""
     while not stop.is_set():
         try:
-            done = await asyncio.to_thread(_pass_on_new_connection, database_url, options)
+            done = await _in_daemon_thread(lambda: _pass_on_new_connection(database_url, options))
         except (psycopg.Error, OSError) as error:
             log.warning(
                 "retention pass failed, next try in %g s: %s", options.retention_interval, error
@@ -70,6 +75,24 @@ async def run_retention(database_url: str, options: DaemonOptions, stop: asyncio
         else:
             _log_pass(done)
         await wait_event(stop, options.retention_interval)
+
+
+async def _in_daemon_thread(work: Callable[[], T]) -> T:
+    """`work()` on a thread of its own that the interpreter does not wait for at exit. Not
+    `asyncio.to_thread`: `asyncio.run` waits for the default executor's threads, so a pass
+    waiting on a database that does not answer (a partition: two minutes to give up
+    connecting, for ever for a query) held the exit of a stopped daemon."""
+    outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        if outcome.set_running_or_notify_cancel():
+            try:
+                outcome.set_result(work())
+            except BaseException as error:  # handed to the awaiting task
+                outcome.set_exception(error)
+
+    threading.Thread(target=run, name="outbox-retention", daemon=True).start()
+    return await asyncio.wrap_future(outcome)
 
 
 def _pass_on_new_connection(database_url: str, options: DaemonOptions) -> RetentionPass:

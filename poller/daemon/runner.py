@@ -1,23 +1,41 @@
-"""`outbox poll`: several subscriptions in one process, stopped cleanly by SIGTERM or SIGINT."""
+"""`outbox poll`: several subscriptions in one process, stopped cleanly by SIGTERM or SIGINT.
+
+A stop is bounded whatever the database does. Handlers in flight get `shutdown_timeout`; the
+last writes (final checkpoints, lease and membership releases) then get `_LAST_WRITES` more.
+A database that refuses connections fails them at once, but one that does not answer at all
+(a partition) would hold them, and the exit, for as long as TCP takes to give up: after that
+the daemon cancels them (at most `_CANCELLING` more) and leaves. Nothing is lost: the next
+leader resumes from the stored checkpoints once the leases run out. So a stop takes at most
+`shutdown_timeout + STOP_ALLOWANCE` seconds, which a supervisor's grace period (Kubernetes'
+terminationGracePeriodSeconds, systemd's TimeoutStopSec) should exceed.
+"""
 
 import asyncio
 import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from prometheus_client.registry import Collector
 
 from poller.daemon.coordinator import SubscriptionCoordinator
-from poller.daemon.handlers import Handler
+from poller.daemon.handlers import Handler, check_signature
 from poller.daemon.metrics import DaemonMetrics
 from poller.daemon.metrics_server import MetricsServer
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.retention import run_retention
 from poller.message import Message
+from poller.printable import safe_repr
+from poller.waits import cancel_until_done
 
 log = logging.getLogger(__name__)
+
+_LAST_WRITES = 2.0
+_CANCELLING = 1.0
+STOP_ALLOWANCE = _LAST_WRITES + _CANCELLING
+"""Seconds a stop may take beyond `shutdown_timeout` (see the module's docstring)."""
 
 
 async def run_daemon(
@@ -37,6 +55,7 @@ async def run_daemon(
     the daemon's loop once every subscription stopped (a relay's broker connection, which
     belongs to this loop and must be closed before it ends).
     """
+    check_signature(handler, safe_repr(handler))  # as `outbox poll` does: not at each message
     stop = stop or asyncio.Event()
     metrics = DaemonMetrics(subscriptions, options)
     for collector in collectors:
@@ -46,7 +65,7 @@ async def run_daemon(
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal_number, stop.set)
+            loop.add_signal_handler(signal_number, _stop_on, signal_number, stop, options)
     notifications = NotifyListener()
     listener = asyncio.create_task(notifications.listen(database_url), name="listen")
     retention = asyncio.create_task(run_retention(database_url, options, stop), name="retention")
@@ -64,9 +83,11 @@ async def run_daemon(
         )
         for name in subscriptions
     ]
+    work = asyncio.gather(*(coordinator.run(stop) for coordinator in coordinators))
     try:
-        await asyncio.gather(*(coordinator.run(stop) for coordinator in coordinators))
+        await _until_done_or_overdue(work, stop, options.shutdown_timeout)
     finally:
+        work.cancel()  # run_daemon itself cancelled: the coordinators go with it
         listener.cancel()
         retention.cancel()
         await asyncio.gather(listener, retention, return_exceptions=True)
@@ -81,3 +102,42 @@ async def run_daemon(
     unfinished = {m.at: m for coordinator in coordinators for m in coordinator.running()}
     log.info("poller stopped")
     return list(unfinished.values())
+
+
+async def _until_done_or_overdue(
+    work: "asyncio.Future[list[None]]", stop: asyncio.Event, shutdown_timeout: float
+) -> None:
+    """Wait for the coordinators; once `stop` is set, for at most `shutdown_timeout` plus
+    `_LAST_WRITES` seconds, then cancel what still waits for the database."""
+    stopped = asyncio.ensure_future(stop.wait())
+    either: set[asyncio.Future[Any]] = {work, stopped}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not work.done():
+        await asyncio.wait({work}, timeout=shutdown_timeout + _LAST_WRITES)
+    if not work.done():
+        log.warning(
+            "stopping: the database did not answer within %g s of the stop; leaving without"
+            " the last writes (final checkpoints, lease and membership releases): the next"
+            " leaders resume from the stored checkpoints once the leases run out",
+            shutdown_timeout + _LAST_WRITES,
+        )
+        if not await cancel_until_done(work, within=_CANCELLING):
+            log.error("stopping: some of the daemon's tasks did not end when cancelled")
+        elif not work.cancelled():
+            work.exception()  # the cancellation it ended with: retrieved, so asyncio says nothing
+        return
+    work.result()  # a coordinator's own error, as before
+
+
+def _stop_on(signal_number: signal.Signals, stop: asyncio.Event, options: DaemonOptions) -> None:
+    if not stop.is_set():
+        log.info(
+            "%s: stopping; handlers in flight get %g s, the whole stop at most %g s",
+            signal_number.name,
+            options.shutdown_timeout,
+            options.shutdown_timeout + STOP_ALLOWANCE,
+        )
+    stop.set()

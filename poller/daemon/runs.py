@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from poller.daemon.handlers import HandlerExited
 from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
-from poller.printable import error_text, safe_repr
+from poller.printable import error_text, failure_text, safe_repr
 from poller.subscription import Deliver, Outcome, OutcomeKind
 
 MayStart = Callable[[Deliver], bool]
@@ -167,7 +167,8 @@ HANDLER_REQUESTS = (DestinationUnavailable, ParkMessage, RetryMessage, SkipMessa
 def outcome_of(delivery_id: int, error: BaseException | None, ended_at: float) -> Outcome:
     """A handler's return (None) or exception, as the machine takes it; never raises,
     whatever the exception's own methods do. Any exception is one failed attempt:
-    `KeyboardInterrupt` and other `BaseException`s too, never the end of the daemon."""
+    `KeyboardInterrupt` and other `BaseException`s too, never the end of the daemon. A
+    failure's text ends with where it was raised (the parked row's last_error keeps it)."""
     if error is None or isinstance(error, SkipMessage):
         return Outcome(delivery_id, _ACKED, "", ended_at)
     if isinstance(error, ParkMessage):
@@ -179,10 +180,11 @@ def outcome_of(delivery_id: int, error: BaseException | None, ended_at: float) -
         reason = error.reason if isinstance(error.reason, str) else safe_repr(error.reason)
         return Outcome(delivery_id, OutcomeKind.UNAVAILABLE, reason, ended_at)
     if isinstance(error, SystemExit):
-        error = HandlerExited(error.code)
+        error = HandlerExited(error.code).with_traceback(error.__traceback__)
     elif not isinstance(error, Exception):
-        return Outcome(delivery_id, _FAILED, f"the handler raised {error_text(error)}", ended_at)
-    return Outcome(delivery_id, _FAILED, error_text(error), ended_at)
+        text = f"the handler raised {error_text(error)}"
+        return Outcome(delivery_id, _FAILED, failure_text(error, text), ended_at)
+    return Outcome(delivery_id, _FAILED, failure_text(error), ended_at)
 
 
 def withdrawn(commands: Sequence[Deliver]) -> list[Outcome]:

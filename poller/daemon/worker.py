@@ -3,9 +3,10 @@ connect, stand by until leader, lead, repeat. The coordinator (coordinator.py) r
 shard this process is given, and stops it when the shard goes to another process.
 
 Connection loss, a PostgreSQL restart or a database failover end the current term; the worker
-reconnects with exponential backoff and jitter (tenacity) and resumes from the stored
-checkpoint, so nothing is lost and nothing skipped (messages handled after the last
-checkpoint are delivered again: at-least-once).
+reconnects under the one reconnect policy (poller/reconnect.py: backoff with jitter, given up
+the moment the worker is told to stop) and resumes from the stored checkpoint, so nothing is
+lost and nothing skipped (messages handled after the last checkpoint are delivered again:
+at-least-once).
 """
 
 import asyncio
@@ -16,7 +17,6 @@ from typing import Any
 
 import psycopg
 import psycopg.errors
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.leadership_term import LeadershipLost, LeadershipTerm
@@ -26,12 +26,13 @@ from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.self_fence import SelfFence
 from poller.membership import ONLY_SHARD, ShardUnit
+from poller.reconnect import Backoff, Reconnector, failure_line
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
 from poller.store.message_reads import prepare_reader_async
 from poller.store.records import Lease, SubscriptionRecord, new_holder_id
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored_async
 from poller.store.retired_positions import RetiredPositionError
-from poller.waits import wait_event
+from poller.waits import Stopped, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +73,24 @@ class SubscriptionWorker:
         self._lease = Lease(subscription_id, new_holder_id(), options.lease_seconds, unit)
         # How the logs name it: a shard only where there are several.
         self._name = subscription_id if unit == ONLY_SHARD else f"{subscription_id} shard {unit}"
-        self._failures = 0
+        # After an unexpected error: 2 s doubling to 30 s, reset by a term that ran 30 s.
+        self._failure_pause = Backoff(first=2.0, longest=30.0)
 
     async def run(self, stop: asyncio.Event, shutdown: asyncio.Event) -> None:
         """Until `stop` (the shard moves away, or the process stops; `shutdown` says which:
         see LeadershipTerm)."""
         SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
+        # One connection each (see Reconnector): the one that stands by, then renews and
+        # writes, and each term's reads (sorts off, UTC: see prepare_reader_async).
+        url, holder = self._url, self._lease.holder
+        connections = Reconnector(url, holder, self._name, stop=stop)
+        read_connections = Reconnector(
+            url, holder, f"{self._name} reads", stop=stop, prepare=prepare_reader_async
+        )
         while not stop.is_set():
             LEADER_TOKEN.set(None)
             try:
-                conn = await self._connect()
+                conn = await connections.connect()
                 async with conn:
                     fence = await self._become_leader(conn, stop)
                     if fence is None:
@@ -92,8 +101,8 @@ class SubscriptionWorker:
                         # The shard count changed since the coordinator looked: not ours.
                         await LeaderStore(conn, conn, self._lease, record.layout).release()
                         return
-                    async with await self._connect() as read_conn:
-                        await prepare_reader_async(read_conn)
+                    async with await read_connections.connect() as read_conn:
+                        self._failure_pause.succeeded(time.monotonic())
                         session = LeadershipTerm(
                             LeaderStore(conn, read_conn, self._lease, record.layout),
                             fence,
@@ -106,13 +115,18 @@ class SubscriptionWorker:
                             self._metrics,
                         )
                         await session.run()
-                    self._failures = 0
                     if not session.restart_requested:
                         return
+            except Stopped:
+                return  # told to stop while the database was unreachable
             except LeadershipLost:
                 log.warning("lost leadership of %s; standing by", self._name)
             except psycopg.OperationalError as error:
-                log.warning("connection lost while leading %s: %s", self._name, error)
+                doing = "standing by for" if LEADER_TOKEN.get() is None else "leading"
+                log.warning(
+                    "connection lost while %s %s: %s", doing, self._name, failure_line(error)
+                )
+                connections.lost()
             except psycopg.errors.ForeignKeyViolation:
                 # Deleted under a running daemon (its lease row went with it): this worker
                 # ends, the process and its other subscriptions go on.
@@ -139,8 +153,7 @@ class SubscriptionWorker:
             except Exception:
                 # A bug, not the subscription's fault: no single failure may stop delivery for
                 # good, so the worker starts over from the stored checkpoint after a pause.
-                self._failures += 1
-                pause = min(30.0, 2.0**self._failures)
+                pause = self._failure_pause.failed(time.monotonic())
                 log.exception(
                     "%s: worker failed; starting again in %.0f s", self._subscription_id, pause
                 )
@@ -160,21 +173,6 @@ class SubscriptionWorker:
                 self._name,
                 ", ".join(map(repr, self._caller.running())),
             )
-
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(psycopg.OperationalError),
-            wait=wait_exponential_jitter(multiplier=0.05, max=5),
-            before_sleep=lambda state: log.warning(
-                "cannot reach the database (%s); retrying",
-                state.outcome and state.outcome.exception(),
-            ),
-        ):
-            with attempt:
-                return await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True, application_name=self._lease.holder
-                )
-        raise AssertionError("unreachable: AsyncRetrying retries until it returns")
 
     async def _become_leader(
         self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event

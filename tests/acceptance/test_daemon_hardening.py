@@ -49,12 +49,17 @@ def parked_errors(url: str, subscription: str) -> dict[int, str]:
 
 
 @pytest.mark.parametrize(
-    ("message_type", "expected_error"),
-    [("RaisesNul", r"ValueError: bad.?byte x+.*cut \d+"), ("CallsExit", r"sys\.exit\(3\)")],
+    ("message_type", "expected_error", "logged"),
+    [
+        ("RaisesNul", r"ValueError: bad.?byte x+.*cut \d+", "handler failed on"),
+        ("CallsExit", r"sys\.exit\(3\)", "handler raised SystemExit on"),
+    ],
 )
 def test_a_hostile_handler_failure_parks_its_message_and_delivery_goes_on(
-    database_url: str, daemons: DaemonGroup, message_type: str, expected_error: str
+    database_url: str, daemons: DaemonGroup, message_type: str, expected_error: str, logged: str
 ) -> None:
+    """And says so at the default level while it happens, with the traceback; the parked
+    row keeps where the handler raised it, after the cut of a huge message."""
     create_subscription(database_url, "sub", "pub", max_retry_count=1)
     hostile = append_typed(database_url, "pub", message_type)
     after = set(append_committed(database_url, "pub", 3))
@@ -66,6 +71,11 @@ def test_a_hostile_handler_failure_parks_its_message_and_delivery_goes_on(
     assert "\x00" not in errors[hostile]
     assert len(errors[hostile]) <= 2000
     assert re.search(expected_error, errors[hostile]), errors[hostile]
+    raised_at = r"\(raised at support/recording_handler\.py:\d+ in record_unless_hostile\)"
+    assert re.search(raised_at + r" \(attempt 1 of 1\)$", errors[hostile]), errors[hostile]
+    log = daemon.log()
+    first_failure = rf" WARNING .*{logged} Message\(.*position={hostile},.*\nTraceback "
+    assert re.search(first_failure, log), log
     assert daemon.alive(), daemons.logs()
     assert daemon.terminate() == 0, daemons.logs()
 

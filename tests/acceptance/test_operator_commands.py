@@ -133,6 +133,26 @@ def test_a_handler_module_in_the_current_directory_is_found(
     assert "subscription 'missing' does not exist" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("handler", "says"),
+    [
+        ("takes_two", "cannot be called with one message: it takes (message: "),
+        ("batch_of_two", "cannot be called with a list of messages: it takes (messages: "),
+    ],
+)
+def test_poll_refuses_a_handler_that_cannot_take_a_message_before_connecting(
+    database_url: str, handler: str, says: str
+) -> None:
+    """Not one parked message per delivery: the start refuses it, in one line. The
+    subscription does not exist, so a check that came after connecting would say that."""
+    spec = f"tests.support.handler_shapes:{handler}"
+    done = outbox_command(["poll", "--subscription", "missing", "--handler", spec], database_url)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"handler '{spec}' {says}" in line
+    assert "missing a required argument: 'other'" in line
+
+
 def test_poll_waits_for_a_server_that_is_down_and_fails_fast_on_a_wrong_login(
     database_url: str,
 ) -> None:

@@ -85,7 +85,7 @@ def test_create_update_show_and_status_of_a_sharded_subscription(database_url: s
     )
     barrier = str(backlog[-1])
     assert "updated billing: consumers=3" in updated
-    assert f"billing: 4 shards -> 2; the 4 old shards deliver up to {barrier}" in updated
+    assert f"billing: 4 shards -> 2 shards; the 4 old shards deliver up to {barrier}" in updated
 
     shown = json_of(database_url, "subscription", "show", "billing")
     assert (shown["shards"], shown["draining_shards"], shown["shard_barrier"]) == (2, 4, barrier)
@@ -109,8 +109,11 @@ def test_create_update_show_and_status_of_a_sharded_subscription(database_url: s
 
 def test_a_change_while_one_drains_and_a_seek_then_are_refused(database_url: str) -> None:
     outbox_succeeds(database_url, "subscription", "create", "billing", "--publication", "orders")
-    append_backlog(database_url)
-    outbox_succeeds(database_url, "subscription", "update", "billing", "--shards", "3")
+    backlog = append_backlog(database_url)
+    one = outbox_succeeds(database_url, "subscription", "update", "billing", "--shards", "1")
+    assert "billing already has 1 shard; nothing to change" in one
+    split = outbox_succeeds(database_url, "subscription", "update", "billing", "--shards", "3")
+    assert f"billing: 1 shard -> 3 shards; the old shard delivers up to {backlog[-1]}," in split
     before = stored(database_url)
     update = ["subscription", "update", "billing", "--shards", "5", "--consumers", "2"]
     for arguments, refused in (

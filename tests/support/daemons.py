@@ -162,6 +162,10 @@ def daemon_environment(url: str) -> dict[str, str]:
     return outbox_environment(url, OUTBOX_LOG_LEVEL="INFO", PYTHONPATH=pythonpath)
 
 
+# A text log record's first line (operations/cli/log_format.py TEXT_FORMAT).
+_RECORD_HEADER = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ (?P<level>[A-Z]+) (?P<logger>[\w.]+): ")
+
+
 def _term_started(subscription: str) -> str:
     return rf"leading {re.escape(subscription)} from (\d+):(\d+) \(epoch"
 
@@ -186,12 +190,18 @@ class Daemon:
 
     def errors(self) -> list[str]:
         """Log lines at ERROR or above, and tracebacks: faults the daemon is built to survive
-        (kills, lost sessions, lost leadership) must not produce any."""
-        return [
-            line
-            for line in self.log().splitlines()
-            if re.search(r" (ERROR|CRITICAL) |^Traceback|Task was destroyed", line)
-        ]
+        (kills, lost sessions, lost leadership) must not produce any. A handler's failure is
+        not one: its first is logged at WARNING with the handler's traceback."""
+        found = []
+        handler_failure = False
+        for line in self.log().splitlines():
+            if header := _RECORD_HEADER.match(line):
+                handler_failure = header["logger"] == "poller.daemon.failure_log"
+            if re.search(r" (ERROR|CRITICAL) |Task was destroyed", line) or (
+                line.startswith("Traceback") and not handler_failure
+            ):
+                found.append(line)
+        return found
 
     def wait_for_log(self, pattern: str, timeout: float) -> re.Match[str]:
         """The first match of `pattern` in the log; fails early if the daemon exits."""

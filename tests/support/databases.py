@@ -119,3 +119,18 @@ class DatabaseFactory:
     def close(self) -> None:
         self._drop(self.template)
         self._admin.close()
+
+
+def server_address(url: str) -> tuple[str, int] | str:
+    """Where the server of `url` listens: a host and port, or its Unix socket's path."""
+    params = conninfo_to_dict(url)
+    host = str(params.get("host") or "/tmp")
+    port = int(params.get("port") or 5432)
+    return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
+
+
+def through_port(url: str, port: int) -> str:
+    """`url`, reaching its server through 127.0.0.1:`port` (a tests.support.tcp_proxy)."""
+    params = conninfo_to_dict(url)
+    params.pop("hostaddr", None)
+    return make_conninfo("", **{**params, "host": "127.0.0.1", "port": str(port)})

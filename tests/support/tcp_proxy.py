@@ -1,5 +1,6 @@
-"""A TCP proxy in front of a broker, which a test cuts or closes (as psycopg_pool's tests do
-with theirs): a real outage for a relay in another process, with no mock in between."""
+"""A TCP proxy in front of a broker or a database, which a test cuts, closes or makes deaf (as
+psycopg_pool's tests do with theirs): a real outage for a process under test, with no mock in
+between."""
 
 import contextlib
 import socket
@@ -7,14 +8,20 @@ import threading
 
 
 class TcpProxy:
-    """Listens on 127.0.0.1:`port` (0: any free one) and forwards to `target`.
+    """Listens on 127.0.0.1:`port` (0: any free one) and forwards to `target`: a host and
+    port, or the path of a Unix socket (the embedded PostgreSQL listens on one only).
 
     `cut()` drops every open connection, as a broker killing its clients does; `refuse()`
-    also stops listening, so connects are refused until `accept()`.
+    also stops listening, so connects are refused until `accept()`. `blackhole()` keeps every
+    connection open and accepts new ones, but forwards nothing either way: a peer that stops
+    answering (a network partition), which no error ever reports.
     """
 
-    def __init__(self, target: tuple[str, int], port: int = 0) -> None:
+    def __init__(self, target: tuple[str, int] | str, port: int = 0) -> None:
         self._target = target
+        self._holding = False
+        self.held_from: set[int] = set()
+        """The connections (by id) that sent something the blackhole dropped."""
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._listener: socket.socket | None = None
@@ -43,6 +50,9 @@ class TcpProxy:
                 connection.shutdown(socket.SHUT_RDWR)
             connection.close()
 
+    def blackhole(self) -> None:
+        self._holding = True
+
     def close(self) -> None:
         self.refuse()
 
@@ -58,28 +68,50 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return  # refused or closed
+            if self._holding:
+                with self._lock:
+                    self._sockets.append(client)  # open, and never a byte back
+                threading.Thread(target=self._swallow, args=(client,), daemon=True).start()
+                continue
             try:
-                upstream = socket.create_connection(self._target, timeout=5)
+                upstream = self._connect_upstream()
             except OSError:
                 client.close()
                 continue
-            upstream.settimeout(None)
             # No Nagle on either leg: a pipe that holds a small write back until the previous
             # one is acknowledged (delayed ACKs: 40 ms) caps a client that pipelines small
             # publishes and waits for their confirms at ~100 messages a second, which made
             # the relay fault tests wait minutes for the broker to catch up.
             for end in (client, upstream):
-                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if end.family != socket.AF_UNIX:
+                    end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._sockets += [client, upstream]
             for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
+    def _connect_upstream(self) -> socket.socket:
+        if isinstance(self._target, str):
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.settimeout(5)
+            upstream.connect(self._target)
+        else:
+            upstream = socket.create_connection(self._target, timeout=5)
+        upstream.settimeout(None)
+        return upstream
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := source.recv(65536):
-            sink.sendall(data)
-    for end in (source, sink):
+    def _swallow(self, client: socket.socket) -> None:
         with contextlib.suppress(OSError):
-            end.shutdown(socket.SHUT_RDWR)
+            while client.recv(65536):
+                self.held_from.add(id(client))
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if self._holding:  # read and dropped, so the sender never hears back
+                    self.held_from.add(id(source))
+                else:
+                    sink.sendall(data)
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)

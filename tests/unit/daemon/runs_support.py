@@ -9,7 +9,7 @@ from poller.message import Message
 from poller.subscription import Deliver, Envelope
 
 
-def deliveries(count: int) -> list[Deliver]:
+def deliveries(count: int, attempt: int = 1) -> list[Deliver]:
     """Deliveries 1..count of keyless messages at positions 1..count."""
     commands = []
     for n in range(1, count + 1):
@@ -24,7 +24,7 @@ def deliveries(count: int) -> list[Deliver]:
             headers_text="{}",
             appended_at=datetime.datetime.now(datetime.UTC),
         )
-        commands.append(Deliver(0, Envelope(message.at, None, message), 1, 0, n))
+        commands.append(Deliver(0, Envelope(message.at, None, message), attempt, 0, n))
     return commands
 
 

@@ -2,6 +2,7 @@
 succeed, batch handlers' outcomes, and "started" and "withdrawn" never both for one delivery."""
 
 import asyncio
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -215,23 +216,62 @@ def test_no_delivery_is_both_started_and_withdrawn_when_a_cut_races_the_run() ->
 
 
 @pytest.mark.parametrize("kind", ["def", "batch"])
-async def test_a_failure_logs_its_traceback_at_debug_and_a_handler_request_does_not(
+async def test_a_first_failure_logs_its_traceback_at_warning_and_a_handler_request_nothing(
     kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """At the default level a failing message was silent until it parked, half a minute
+    later; a later attempt of the same message says it again only at debug."""
     errors: list[BaseException] = [RetryMessage(), ZeroDivisionError("the handler's own bug")]
 
     def handler(_message: Message | list[Message]) -> None:
         raise errors.pop(0)
 
     called = batch_handler(max_batch_size=1)(handler) if kind == "batch" else handler
-    caplog.set_level("DEBUG", logger="poller.daemon.handler_caller")
+    caplog.set_level("DEBUG", logger="poller.daemon.failure_log")
     await run_through(called, Run(deliveries(1), 30.0))
     assert caplog.records == []  # RetryMessage chose an outcome; nothing failed
     await run_through(called, Run(deliveries(1), 30.0))
     [record] = caplog.records
-    assert record.levelname == "DEBUG"
+    assert record.levelname == "WARNING"
+    assert "handler failed on Message(" in record.getMessage()
     assert record.exc_info is not None
     assert record.exc_info[0] is ZeroDivisionError
+    caplog.clear()
+    errors.append(ValueError("again"))
+    await run_through(called, Run(deliveries(1, attempt=2), 30.0))
+    [again] = caplog.records
+    assert again.levelname == "DEBUG"
+
+
+async def test_a_failures_text_says_where_it_was_raised() -> None:
+    """What the parked row's last_error keeps, and `outbox parked show` prints."""
+
+    def save(message: Message) -> None:
+        raise ValueError(f"no room for {message.position}")
+
+    def handler(message: Message) -> None:
+        save(message)
+
+    run = Run(deliveries(1), 30.0)
+    await run_through(handler, run)
+    detail = run.outcomes[0].detail
+    assert re.fullmatch(
+        r"ValueError: no room for 1 \(raised at daemon/test_handler_caller\.py:\d+ in save,"
+        r" from daemon/test_handler_caller\.py:\d+ in handler\)",
+        detail,
+    ), detail
+
+
+async def test_a_huge_failure_text_is_cut_and_keeps_where_it_was_raised() -> None:
+    def handler(_message: Message) -> None:
+        raise ValueError("x" * 100_000)
+
+    run = Run(deliveries(1), 30.0)
+    await run_through(handler, run)
+    detail = run.outcomes[0].detail
+    assert len(detail) <= 2000
+    assert detail.startswith("ValueError: xxx")
+    assert re.search(r"\[cut \d+ characters\] \(raised at .*:\d+ in handler\)$", detail), detail
 
 
 class BadStr(Exception):  # noqa: N818 - the name the issue gave it

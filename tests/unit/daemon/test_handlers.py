@@ -1,6 +1,6 @@
 import pytest
 
-from poller.daemon.handlers import HandlerNotFoundError, load_handler
+from poller.daemon.handlers import HandlerNotFoundError, HandlerSignatureError, load_handler
 from poller.message import Message
 
 
@@ -54,3 +54,40 @@ def test_data_is_decoded_only_when_asked() -> None:
     with pytest.raises(orjson.JSONDecodeError):
         _ = message.data
     assert a_message().data == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("takes_nothing", "takes (): too many positional arguments"),
+        ("takes_two", "missing a required argument: 'other'"),
+        ("wants_a_keyword", "missing a required argument: 'reply_to'"),
+        ("batch_of_two", "with a list of messages: it takes (messages"),
+        ("calls_with_nothing", "takes (): too many positional arguments"),
+    ],
+)
+def test_a_handler_that_cannot_take_a_message_is_refused_when_loaded(name: str, says: str) -> None:
+    spec = f"tests.support.handler_shapes:{name}"
+    with pytest.raises(HandlerSignatureError) as refused:
+        load_handler(spec)
+    text = str(refused.value)
+    assert text.startswith(f"handler {spec!r} cannot be called with"), text
+    assert says in text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "takes_one",
+        "takes_one_async",
+        "takes_any",
+        "takes_one_and_defaults",
+        "calls_with_one",
+        "second_given",
+        "batch_of_one",
+        "batches",
+    ],
+)
+def test_every_handler_that_can_take_a_message_is_loaded(name: str) -> None:
+    load_handler(f"tests.support.handler_shapes:{name}")
