@@ -1,0 +1,81 @@
+"""SIGTERM while the database is down. Kubernetes and systemd stop a daemon with SIGTERM and
+SIGKILL it after a grace period: `outbox poll` must exit within --shutdown-timeout plus the
+documented allowance (poller.daemon.runner.STOP_ALLOWANCE) whatever the database does:
+refusing connections (a server down), or holding them open without a word (a partition, a
+blackholed peer). A leader and a standby each, through a TCP proxy in front of the server."""
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from poller.daemon.runner import STOP_ALLOWANCE
+from tests.support.daemons import Daemon, DaemonGroup, wait_until
+from tests.support.databases import server_address, through_port
+from tests.support.stored import create_subscription
+from tests.support.tcp_proxy import TcpProxy
+
+NO_OP = "tests.support.handler_shapes:takes_one"
+SHUTDOWN_TIMEOUT = 1.0
+# Frequent retention passes, so one is likely under way when the database goes: its thread
+# must not hold the exit either.
+OPTIONS = ("--shutdown-timeout", str(SHUTDOWN_TIMEOUT), "--retention-interval", "0.2")
+# Beyond the bound: the interpreter's own exit, on a loaded two-core machine.
+SLACK = 1.5
+
+
+def exit_times(daemons: list[Daemon], timeout: float) -> dict[str, tuple[int, float]]:
+    """SIGTERM each, then each one's exit code and seconds to exit."""
+    sent = time.monotonic()
+    for daemon in daemons:
+        daemon.process.send_signal(signal.SIGTERM)
+    exits = {}
+    for daemon in daemons:
+        try:
+            code = daemon.process.wait(timeout=max(0.0, sent + timeout - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{daemon.name} still runs {timeout} s after SIGTERM:\n{daemon.log()}")
+        exits[daemon.name] = (code, time.monotonic() - sent)
+    return exits
+
+
+@pytest.mark.parametrize("outage", ["refused", "unanswered"])
+def test_sigterm_during_an_outage_ends_a_leader_and_a_standby_within_the_bound(
+    database_url: str, tmp_path: Path, outage: str
+) -> None:
+    create_subscription(database_url, "sub", "pub")
+    bound = SHUTDOWN_TIMEOUT + STOP_ALLOWANCE
+    with TcpProxy(server_address(database_url)) as proxy:
+        daemons = DaemonGroup(through_port(database_url, proxy.port), tmp_path)
+        try:
+            leader = daemons.start("sub", *OPTIONS, handler=NO_OP, name="leader")
+            leader.leading_from("sub")
+            standby = daemons.start("sub", *OPTIONS, handler=NO_OP, name="standby")
+            standby.wait_for_log("has a leader; standing by", 30)
+            if outage == "refused":
+                proxy.refuse()
+                for daemon in (leader, standby):  # its lease's and its membership's
+                    for name in ("sub", "sub membership"):
+                        daemon.wait_for_log(f"{name}: cannot reach the database", 30)
+            else:
+                proxy.blackhole()
+                # Leases, reads, standby tries, memberships: each waits on an unanswered query.
+                wait_until(lambda: len(proxy.held_from) >= 6, 10, "queries into the blackhole")
+            exits = exit_times([leader, standby], bound + SLACK)
+        finally:
+            daemons.kill_all()
+    for daemon in (leader, standby):
+        code, seconds = exits[daemon.name]
+        log = daemon.log()
+        assert code == 0, log
+        assert seconds <= bound + SLACK, f"{daemon.name} took {seconds:.1f} s:\n{log}"
+        assert "poller stopped" in log, log
+        after_stop = log[log.index("cannot reach") :] if outage == "refused" else log
+        assert "Traceback" not in after_stop, log
+    if outage == "refused":
+        for daemon in (leader, standby):
+            assert "stopping without waiting for the database" in daemon.log(), daemon.log()
+    else:
+        assert "the database did not answer" in leader.log(), leader.log()
