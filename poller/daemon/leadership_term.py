@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from poller.daemon.consumers import Consumers
 from poller.daemon.handler_caller import HandlerCaller, payload_message
@@ -39,8 +40,14 @@ from poller.subscription import (
     Outcome,
     SubscriptionMachine,
 )
+from poller.waits import cancel_until_done
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CANCELLING = 1.0
+"""Seconds a statement given up on gets to end when cancelled (see cancel_until_done)."""
 
 
 class LeadershipLost(Exception):  # noqa: N818 - an event the worker handles, not a bug
@@ -156,9 +163,12 @@ class LeadershipTerm:
             self._metrics.standing_by(self.machine)
             self._over = True
             stopping.cancel()
-            for task in loops:
-                task.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+            # Again and again: a read or write waiting on a database that does not answer
+            # would hold the end of the term for psycopg's own cancel (up to 5 + 5 s).
+            ended = asyncio.gather(*loops, return_exceptions=True)
+            await cancel_until_done(ended, CANCELLING)
+            if ended.done() and not ended.cancelled():
+                ended.exception()  # the cancellation it ended with: retrieved, asyncio says nothing
             await self._consumers.close()
 
     def _restart(self) -> None:
@@ -284,13 +294,33 @@ class LeadershipTerm:
             self._wake_reader_if_room()
             if time.monotonic() >= next_renewal:
                 await self._renew()
-                if not await self._term_writes.write_runtime_if_changed():
+                if not await self._before_lapse(self._term_writes.write_runtime_if_changed()):
                     raise LeadershipLost(self._record.subscription_id)
                 next_renewal = time.monotonic() + self._options.renew_every
 
+    async def _before_lapse(self, statement: Awaitable[T]) -> T:
+        """`statement` (the lease's renewal, the runtime figures that follow it), given up
+        once the lease has run out on the server (the last renewal sent plus lease_seconds;
+        deliveries already stopped a renewal interval before, see self_fence.py): a database
+        that stops answering (a partition) would otherwise hold the ticker, and the term with
+        it, until TCP gives up."""
+        work = asyncio.ensure_future(statement)
+        try:
+            left = self._fence.valid_until + self._fence.margin - time.monotonic()
+            await asyncio.wait({work}, timeout=max(0.0, left))
+        finally:
+            if not work.done():
+                await cancel_until_done(work, within=CANCELLING)
+        if work.cancelled():
+            raise LeadershipLost(
+                f"{self._record.subscription_id}: the database did not answer the lease's"
+                " renewal before it could run out"
+            )
+        return work.result()
+
     async def _renew(self) -> None:
         sent_at = time.monotonic()
-        state = await self._store.renew()
+        state = await self._before_lapse(self._store.renew())
         if state is None:
             raise LeadershipLost(self._record.subscription_id)
         self._fence.renewed(sent_at)

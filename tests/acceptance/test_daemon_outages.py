@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from poller.daemon.leadership_term import CANCELLING
 from poller.daemon.runner import STOP_ALLOWANCE
 from tests.support.daemons import Daemon, DaemonGroup, wait_until
 from tests.support.databases import server_address, through_port
@@ -79,3 +80,21 @@ def test_sigterm_during_an_outage_ends_a_leader_and_a_standby_within_the_bound(
             assert "stopping without waiting for the database" in daemon.log(), daemon.log()
     else:
         assert "the database did not answer" in leader.log(), leader.log()
+
+
+def test_a_leader_whose_database_stops_answering_ends_its_term_when_its_lease_runs_out(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Its renewal waits on a connection that never answers: the term must still end once
+    the lease has run out on the server, not when TCP gives up minutes later."""
+    create_subscription(database_url, "sub", "pub")
+    with TcpProxy(server_address(database_url)) as proxy:
+        daemons = DaemonGroup(through_port(database_url, proxy.port), tmp_path)
+        try:
+            leader = daemons.start("sub", "--lease-seconds", "2", handler=NO_OP, name="leader")
+            leader.leading_from("sub")
+            proxy.blackhole()
+            # The lease, then the cancellation of what waited on the database (CANCELLING).
+            leader.wait_for_log("lost leadership of sub", 2 + CANCELLING + SLACK)
+        finally:
+            daemons.kill_all()
