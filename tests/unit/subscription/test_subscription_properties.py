@@ -333,10 +333,13 @@ class SubscriptionModel(RuleBasedStateMachine):
 
     def _cut_behind_overruns(self) -> None:
         """One slot run in order: what waits behind a handler that overran cannot start
-        until it returns, so the daemon hands it back (withdrawn) at its next tick."""
-        if not self._fifo() or not any(f.overran for f in self.flights.values()):
+        until it returns, so the daemon hands it back (withdrawn) at its next tick: what
+        waits on that handler's consumer, not another's (after a change of the consumer
+        count, an old consumer's overran call and a new consumer's deliveries coexist)."""
+        if not self._fifo():
             return
-        stuck = [f for f in self.flights.values() if f.deadline is None]
+        held = {f.consumer for f in self.flights.values() if f.overran}
+        stuck = [f for f in self.flights.values() if f.deadline is None and f.consumer in held]
         if not stuck:
             return
         for flight in stuck:
