@@ -5,7 +5,8 @@ COPY pyproject.toml uv.lock README.md ./
 COPY outbox outbox
 COPY poller poller
 COPY pipeline pipeline
-COPY operations operations
+COPY outbox_cli outbox_cli
+COPY outbox_relays outbox_relays
 COPY sql sql
 COPY migrations migrations
 RUN uv sync --locked --no-dev

@@ -37,7 +37,7 @@ def drop_database(url: str) -> None:
 def bench_database(quick: bool) -> str:
     server = os.environ.get("OUTBOX_BENCH_DATABASE_URL")
     if not server:
-        from operations.embedded_server import embedded_database_url
+        from outbox_cli.embedded_server import embedded_database_url
 
         server = embedded_database_url(BENCH_DIRECTORY.parent / ".outbox" / "bench")
     # Quick runs come from tests, maybe several at once on one server: a name per process.

@@ -25,17 +25,17 @@ import psycopg
 import redis.asyncio
 from nats.js.api import StreamConfig
 
+import outbox_relays
 import poller
-import relays
 from bench import load_bench
 from bench.common import Measurement, percentiles
 from bench.poller_bench import fill
 from outbox.positions import Position
+from outbox_relays import fields
 from poller import administration
 from poller.daemon.background import DaemonThread
 from poller.message import Message
 from poller.store.message_reads import read_batch
-from relays import fields
 
 TITLE = "Relays: throughput vs each broker's own client loop, commit-to-broker latency"
 BATCH = 500
@@ -124,7 +124,7 @@ def relay_rate(database_url: str, destination: Destination, messages: list[Messa
     name = f"relay-{uuid.uuid4().hex[:8]}"
     with psycopg.connect(database_url, autocommit=True) as conn:
         administration.create(conn, name, "relay", "start", {})
-        relay = relays.handler(destination.relay_url)
+        relay = outbox_relays.handler(destination.relay_url)
         started = time.perf_counter()
         with DaemonThread(database_url, [name], relay, closers=[relay.close]):
             while administration.get(conn, name).checkpoint < messages[-1].at:
@@ -174,7 +174,7 @@ def relay_consumer(make: Make) -> load_bench.Consumer:
         with psycopg.connect(url) as conn:
             administration.create(conn, publication, publication, "start", {})
         with held(make) as destination:
-            relay = relays.handler(destination.relay_url)
+            relay = outbox_relays.handler(destination.relay_url)
 
             @poller.batch_handler()
             async def confirmed(messages: list[Message]) -> Any:

@@ -70,7 +70,7 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
     if skip_reason is not None:
         print(f"skipping {JDBC_VARIANT}: {skip_reason}")
 
-    from pipeline.spark_session import outbox_session
+    from outbox_spark.spark_session import outbox_session
 
     config = {
         "spark.sql.shuffle.partitions": str(PARTITIONS),
@@ -97,9 +97,9 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
 
 def read_outside_spark(database_url: str, rows: int) -> Measurement:
     """What bounds the source: one process reading every row with ADBC, no Spark at all."""
-    from pipeline.copy_reader import read_slice
-    from pipeline.options import CopyDriver
-    from pipeline.partitions import Slice
+    from outbox_spark.copy_reader import read_slice
+    from outbox_spark.options import CopyDriver
+    from outbox_spark.partitions import Slice
 
     everything = Slice(START, Position(2**62, 2**62))
     started = time.perf_counter()
@@ -126,7 +126,7 @@ def measure_on_a_cluster(
     config: dict[str, str],
 ) -> list[Measurement]:
     # The cluster helper of the tests: the same small master and workers they run against.
-    from pipeline.spark_session import outbox_session
+    from outbox_spark.spark_session import outbox_session
     from tests.integration.pipeline.standalone_cluster import (
         APPLICATION_CONFIG,
         standalone_cluster,

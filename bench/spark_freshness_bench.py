@@ -47,7 +47,7 @@ QUICK_SECONDS = 2.0
 
 def run(database_url: str, quick: bool) -> list[Measurement]:
     os.environ[URL_ENVIRONMENT_VARIABLE] = database_url  # before Spark copies the environment
-    from pipeline.spark_session import outbox_session
+    from outbox_spark.spark_session import outbox_session
 
     jdbc_url, jar, skip_reason = jdbc_location(database_url)
     config = {"spark.ui.showConsoleProgress": "false"}

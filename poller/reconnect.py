@@ -10,7 +10,7 @@ outage is never left behind a retry loop. What it says: the first failure of an 
 
 Permanent failures (`PERMANENT_FAILURES`: a refused login, a missing role or database, a
 connection setting or SSL requirement that cannot be met, a URL that cannot be parsed) end
-the start of `outbox poll` (operations/cli/first_connection.py) and the first connection of a
+the start of `outbox poll` (outbox_cli/first_connection.py) and the first connection of a
 catch-up subscription. A daemon that is already running retries them too, at ERROR: a
 password rotated or a database being restored must not end delivery for good, and nothing
 else would start it again.

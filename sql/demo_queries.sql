@@ -1,4 +1,4 @@
--- The demo's queries (operations/demo/), by name, in the format of queries.sql. Not part of
+-- The demo's queries (outbox_cli/demo/), by name, in the format of queries.sql. Not part of
 -- the product: they exist to show what the product avoids.
 
 -- read_batch_naive --

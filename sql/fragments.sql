@@ -9,6 +9,6 @@ m.publication_id AS publication, m.message_id, m.message_type, m.partition_key,
 m.data::text AS data, m.headers::text AS headers, m.appended_at
 
 -- source_read_columns --
--- The columns the Spark source's slice reads send, in the order of pipeline.wire_batches.WIRE_SCHEMA: xid8 and jsonb as stored, because a text cast per row costs the server more than anything else in the read (the reader decodes them in Arrow), and no publication, which every row of a read shares (the reader fills it in).
+-- The columns the Spark source's slice reads send, in the order of outbox_spark.wire_batches.WIRE_SCHEMA: xid8 and jsonb as stored, because a text cast per row costs the server more than anything else in the read (the reader decodes them in Arrow), and no publication, which every row of a read shares (the reader fills it in).
 m.position, m.transaction_id, m.message_id, m.message_type, m.partition_key,
 m.data, m.headers, m.appended_at

@@ -1,9 +1,9 @@
--- The Spark source's queries (pipeline/), by name, in the format of queries.sql.
+-- The Spark source's queries (outbox_spark/), by name, in the format of queries.sql.
 -- Two kinds of placeholder: %(name)s blocks run with bound parameters on the driver; {name}
--- blocks are read through COPY, which takes no parameters, so pipeline/copy_reader.py fills
+-- blocks are read through COPY, which takes no parameters, so outbox_spark/copy_reader.py fills
 -- them with psycopg.sql.Literal values. Every transaction_id goes in as text and is cast
 -- (there is no cast from an integer to xid8); the driver-side queries return it as
--- text::bigint, the slice reads as the stored xid8 (pipeline/wire_batches.py decodes it).
+-- text::bigint, the slice reads as the stored xid8 (outbox_spark/wire_batches.py decodes it).
 
 -- pipeline_last_safe_row --
 -- The last row of a publication after a start and below the safe frontier: a batch end when no row limit applies, and the target of Trigger.AvailableNow.

@@ -9,8 +9,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from operations.demo.workload import WorkloadShape, run_writers
 from outbox.positions import START
+from outbox_cli.demo.workload import WorkloadShape, run_writers
 from tests.support.cli import outbox_command
 from tests.support.daemons import (
     DaemonGroup,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from operations.demo.workload import WorkloadShape
 from outbox.positions import START, Position
+from outbox_cli.demo.workload import WorkloadShape
 from poller.daemon.options import DaemonOptions
 from tests.support.daemons import (
     Daemon,

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 import outbox
-from operations.cli.printing import escaped
+from outbox_cli.printing import escaped
 from tests.support.cli import outbox_command
 from tests.support.databases import DatabaseFactory
 

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from operations.demo.workload import WorkloadShape
+from outbox_cli.demo.workload import WorkloadShape
 from tests.support.cli import outbox_environment
 from tests.support.databases import PROJECT_ROOT
 from tests.support.writers import KeyedWriter, WorkloadLoop

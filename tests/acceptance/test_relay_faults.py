@@ -16,8 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from operations.demo.workload import WorkloadShape
 from outbox.positions import START, Position
+from outbox_cli.demo.workload import WorkloadShape
 from tests.support import brokers
 from tests.support.broker_streams import DESTINATIONS, Destination
 from tests.support.cli import outbox_command

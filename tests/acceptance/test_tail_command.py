@@ -38,7 +38,7 @@ class LineReader:
 
 def start_plain_tail(url: str, *arguments: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "operations.cli", "tail", "--plain", *arguments],
+        [sys.executable, "-m", "outbox_cli", "tail", "--plain", *arguments],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,

@@ -6,7 +6,7 @@ import threading
 from collections.abc import AsyncGenerator
 
 import poller
-from operations.demo.workload import WorkloadShape, WriterTally, run_writers
+from outbox_cli.demo.workload import WorkloadShape, WriterTally, run_writers
 from poller.catch_up.stream import Item
 
 PUBLICATION = "orders"

@@ -50,7 +50,7 @@ def _binaries() -> Path:
 @contextmanager
 def fresh_cluster() -> Iterator[str]:
     """A new, empty cluster; its server URL."""
-    from operations import embedded_server
+    from outbox_cli import embedded_server
 
     # Not under pytest's tmp_path: the server may run as another user (when tests run as
     # root), which must be able to reach its data directory.

@@ -335,7 +335,7 @@ def test_databases_of_one_cluster_migrated_at_once_share_the_roles_and_a_downgra
         # Started together, so the roles' creation races across the databases.
         migrating = [
             subprocess.Popen(
-                [sys.executable, "-m", "operations.cli", "migrate", "--role-prefix", prefix],
+                [sys.executable, "-m", "outbox_cli", "migrate", "--role-prefix", prefix],
                 env=outbox_environment(url),
                 cwd=PROJECT_ROOT,
                 stdout=subprocess.PIPE,

@@ -4,7 +4,7 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from operations.demo.workload import WorkloadShape, read_until, run_writers
+from outbox_cli.demo.workload import WorkloadShape, read_until, run_writers
 
 SHAPE = WorkloadShape(writers=16, transactions_per_writer=20, max_commit_delay=0.02, seed=11)
 

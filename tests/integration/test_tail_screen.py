@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 import outbox
-from operations.tail.app import Event, TailApp
-from operations.tail.row_view import RowView
+from outbox_cli.tail.app import Event, TailApp
+from outbox_cli.tail.row_view import RowView
 from poller import CaughtUp, subscribe
 from tests.support.safe_frontier import wait_until_all_rows_are_backlog
 from tests.support.screen import rows_starting_with, screen_lines, wait_for_screen

@@ -14,7 +14,7 @@ import nats
 import redis
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 
-from relays import fields
+from outbox_relays import fields
 from tests.support.brokers import NATS, RABBITMQ, REDIS
 
 Entry = tuple[str, str | None, str]

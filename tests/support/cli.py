@@ -31,7 +31,7 @@ def outbox_command(
     installed_script: bool = False,
     **environment: str,
 ) -> subprocess.CompletedProcess[str]:
-    program = [str(OUTBOX_SCRIPT)] if installed_script else [sys.executable, "-m", "operations.cli"]
+    program = [str(OUTBOX_SCRIPT)] if installed_script else [sys.executable, "-m", "outbox_cli"]
     return subprocess.run(
         [*program, *arguments],
         capture_output=True,

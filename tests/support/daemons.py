@@ -162,7 +162,7 @@ def daemon_environment(url: str) -> dict[str, str]:
     return outbox_environment(url, OUTBOX_LOG_LEVEL="INFO", PYTHONPATH=pythonpath)
 
 
-# A text log record's first line (operations/cli/log_format.py TEXT_FORMAT).
+# A text log record's first line (outbox_cli/log_format.py TEXT_FORMAT).
 _RECORD_HEADER = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ (?P<level>[A-Z]+) (?P<logger>[\w.]+): ")
 
 
@@ -280,7 +280,7 @@ class DaemonGroup:
                 [
                     sys.executable,
                     "-m",
-                    "operations.cli",
+                    "outbox_cli",
                     *runs,
                     "--subscription",
                     subscription,

@@ -75,7 +75,7 @@ def server_url() -> Iterator[str]:
         with PostgresContainer("postgres:18", driver=None) as container:
             yield container.get_connection_url()
         return
-    from operations.embedded_server import embedded_database_url
+    from outbox_cli.embedded_server import embedded_database_url
 
     url = embedded_database_url(PROJECT_ROOT / ".outbox" / "test")
     with psycopg.connect(url, autocommit=True) as conn:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 import outbox
-from operations.demo.workload import WorkloadShape, run_writers
+from outbox_cli.demo.workload import WorkloadShape, run_writers
 from tests.support.background import BackgroundLoop
 
 
@@ -68,7 +68,7 @@ def write_keyed_messages(url: str, publication: str, count: int, keys: int, seed
 
 
 class WorkloadLoop:
-    """The demo's out-of-order writers (operations.demo.workload), round after round with a new
+    """The demo's out-of-order writers (outbox_cli.demo.workload), round after round with a new
     seed, in a background thread until stopped. Use as a context manager."""
 
     def __init__(self, url: str, publication: str, shape: WorkloadShape) -> None:

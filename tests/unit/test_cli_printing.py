@@ -4,11 +4,11 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from operations.cli.errors import CommandUsageError, one_line
-from operations.cli.first_connection import is_transient
-from operations.cli.poll_config import read_poll_config
-from operations.cli.printing import cell, checkpoint_text, escaped
 from outbox.positions import Position
+from outbox_cli.errors import CommandUsageError, one_line
+from outbox_cli.first_connection import is_transient
+from outbox_cli.poll_config import read_poll_config
+from outbox_cli.printing import cell, checkpoint_text, escaped
 from poller.administration import MAX_POSITION
 
 

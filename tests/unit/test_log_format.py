@@ -4,8 +4,8 @@ import json
 import logging
 import sys
 
-from operations.cli.log_format import JsonLogFormatter
 from outbox.positions import Position
+from outbox_cli.log_format import JsonLogFormatter
 
 
 def record(**extra: object) -> logging.LogRecord:

@@ -25,7 +25,7 @@ import psycopg
 from psycopg import sql
 from pyspark.sql import DataFrame
 
-from pipeline.spark_session import outbox_session
+from outbox_spark.spark_session import outbox_session
 from tests.integration.pipeline.spark_doubles import HoldingOutboxSource
 
 SINK_URL_VARIABLE = "OUTBOX_TEST_SINK_URL"

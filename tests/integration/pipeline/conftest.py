@@ -12,7 +12,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pyspark.sql import SparkSession
 
-from pipeline.spark_session import outbox_session
+from outbox_spark.spark_session import outbox_session
 from tests.integration.pipeline.spark_doubles import FailingOutboxSource
 from tests.integration.pipeline.standalone_cluster import StandaloneCluster, standalone_cluster
 

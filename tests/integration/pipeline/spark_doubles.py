@@ -23,9 +23,9 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from outbox.positions import Position
-from pipeline.arrow_schema import SPARK_SCHEMA
-from pipeline.options import SourceOptions, parse_source_options
-from pipeline.source import OutboxDataSource, OutboxStreamReader
+from outbox_spark.arrow_schema import SPARK_SCHEMA
+from outbox_spark.options import SourceOptions, parse_source_options
+from outbox_spark.source import OutboxDataSource, OutboxStreamReader
 
 TEST_OPTIONS = ("faultdirectory", "failafter", "holddirectory", "holdafter")
 HOLD_SECONDS = 300.0

@@ -47,7 +47,7 @@ def test_consecutive_backfills_read_every_commit_once_whatever_the_commit_order(
         first_frame = batch_read(spark, source_url, "orders", numPartitions="2")
         first = offsets_read(first_frame)
         assert first == Counter(before)  # `later` waits behind the open transaction
-        # Where the next read starts, as pipeline/README.md shows: the last row read.
+        # Where the next read starts, as outbox_spark/README.md shows: the last row read.
         last = first_frame.selectExpr("max(struct(transaction_id, position)) AS end").first()
         long_transaction.commit()
     wait_until_quiet(database_url)

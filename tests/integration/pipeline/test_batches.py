@@ -5,10 +5,10 @@ from typing import Any
 import psycopg
 
 from outbox.positions import START, Position
-from pipeline.batches import batch_end, split_points
-from pipeline.copy_reader import read_slice
-from pipeline.options import CopyDriver
-from pipeline.partitions import range_slices
+from outbox_spark.batches import batch_end, split_points
+from outbox_spark.copy_reader import read_slice
+from outbox_spark.options import CopyDriver
+from outbox_spark.partitions import range_slices
 from tests.integration.pipeline.writes import (
     append_committed,
     append_in_transaction,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.demo.workload import WorkloadShape, WriterTally, run_writers
+from outbox_cli.demo.workload import WorkloadShape, WriterTally, run_writers
 from tests.integration.pipeline.cluster_runs import (
     sink_positions,
     submit_driver,

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from operations.demo.workload import WorkloadShape, run_writers
 from outbox.names import DATABASE_URL_VARIABLE
+from outbox_cli.demo.workload import WorkloadShape, run_writers
 from tests.integration.pipeline.cluster_runs import sink_positions, submit_driver, wait_for_exit
 from tests.integration.pipeline.standalone_cluster import (
     APPLICATION_CONFIG,
@@ -91,7 +91,7 @@ def test_outbox_spark_run_runs_the_example_job_on_the_cluster(
     with log.open("wb") as output_file:
         done = subprocess.run(
             [
-                *(sys.executable, "-m", "operations.cli", "spark", "run"),
+                *(sys.executable, "-m", "outbox_cli", "spark", "run"),
                 *("--master", spark_cluster.master_url, "message-type-counts"),
                 *("--publication", "orders", "--available-now", "--output", str(output)),
                 *("--checkpoint", str(tmp_path / "checkpoint"), "--watermark", "1 minute"),

@@ -10,11 +10,11 @@ import pytest
 
 import outbox
 from outbox.positions import START, Position
-from pipeline.arrow_schema import ARROW_SCHEMA
-from pipeline.copy_reader import APPLICATION_NAME, read_slice
-from pipeline.options import CopyDriver
-from pipeline.partitions import Slice, key_slices
-from pipeline.retired_ranges import RetiredRangeError
+from outbox_spark.arrow_schema import ARROW_SCHEMA
+from outbox_spark.copy_reader import APPLICATION_NAME, read_slice
+from outbox_spark.options import CopyDriver
+from outbox_spark.partitions import Slice, key_slices
+from outbox_spark.retired_ranges import RetiredRangeError
 from tests.integration.pipeline.writes import append_committed, append_in_transaction
 
 DRIVERS = [CopyDriver.ADBC, CopyDriver.PSYCOPG]

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from outbox.positions import Position
-from pipeline.progress import SubscriptionConflictError, record_progress, start_subscription
+from outbox_spark.progress import SubscriptionConflictError, record_progress, start_subscription
 
 
 def row_of(conn: psycopg.Connection[Any], subscription: str) -> tuple[Any, ...] | None:

@@ -10,9 +10,9 @@ import pytest
 from psycopg import sql
 
 from outbox.positions import Position
-from pipeline.copy_reader import slice_statement
-from pipeline.partitions import Slice
-from pipeline.queries import pipeline_queries
+from outbox_spark.copy_reader import slice_statement
+from outbox_spark.partitions import Slice
+from outbox_spark.queries import pipeline_queries
 
 TRANSACTIONS, ROWS_PER_TRANSACTION = 100, 2000
 # The name PostgreSQL gives each partition's copy of messages_delivery_order (cut to 63 bytes).

@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
-from operations.cli.context import CommandContext
-from operations.cli.spark_command import spark as spark_group
-from operations.settings import CommandLineSettings
+from outbox_cli.context import CommandContext
+from outbox_cli.settings import CommandLineSettings
+from outbox_cli.spark_command import spark as spark_group
 from tests.integration.pipeline.writes import wait_until_quiet
 
 pytestmark = pytest.mark.spark

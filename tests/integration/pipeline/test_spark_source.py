@@ -12,8 +12,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
-from operations.demo.workload import WorkloadShape, run_writers
 from outbox.positions import Position
+from outbox_cli.demo.workload import WorkloadShape, run_writers
 from tests.integration.pipeline.spark_doubles import RecordingWriter
 from tests.integration.pipeline.writes import (
     append_committed,

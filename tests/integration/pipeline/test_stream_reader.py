@@ -10,9 +10,9 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from outbox.positions import Position
-from pipeline.options import parse_source_options
-from pipeline.partitions import Slice
-from pipeline.source import OutboxDataSource, OutboxStreamReader
+from outbox_spark.options import parse_source_options
+from outbox_spark.partitions import Slice
+from outbox_spark.source import OutboxDataSource, OutboxStreamReader
 from tests.integration.pipeline.writes import append_committed, wait_until_quiet
 
 

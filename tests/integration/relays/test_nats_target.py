@@ -19,12 +19,12 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
+from outbox_relays import fields
+from outbox_relays.kinds import open_target
+from outbox_relays.nats_streams import DUPLICATE_WINDOW, stream_warnings
+from outbox_relays.target import BrokerUnavailable, Target
+from outbox_relays.target_url import RelayUrlError
 from poller.message import Message
-from relays import fields
-from relays.kinds import open_target
-from relays.nats_streams import DUPLICATE_WINDOW, stream_warnings
-from relays.target import BrokerUnavailable, Target
-from relays.target_url import RelayUrlError
 from tests.support.brokers import NATS, answers, require
 from tests.support.relay_messages import made_messages
 
@@ -447,7 +447,7 @@ async def test_settings_that_cannot_keep_exactly_once_are_warned_about_at_connec
     )
     target = jet.target(f"subject={jet.prefix}.out", declare=True)  # stream= is OUTBOX
 
-    with caplog.at_level(logging.WARNING, logger="relays.nats_streams"):
+    with caplog.at_level(logging.WARNING, logger="outbox_relays.nats_streams"):
         assert await target.publish(batch(2)) == {}
         assert await target.publish(batch(2, first_transaction=3000)) == {}
 

@@ -12,11 +12,11 @@ import orjson
 import pytest
 from pamqp.common import Arguments
 
+from outbox_relays import fields
+from outbox_relays.kinds import open_target
+from outbox_relays.target import BrokerUnavailable, Target
+from outbox_relays.target_url import RelayUrlError
 from poller.message import Message
-from relays import fields
-from relays.kinds import open_target
-from relays.target import BrokerUnavailable, Target
-from relays.target_url import RelayUrlError
 from tests.support.brokers import RABBITMQ, require
 from tests.support.relay_messages import made_messages
 

@@ -11,12 +11,12 @@ from typing import cast
 import pytest
 import redis.asyncio
 
+from outbox_relays import fields
+from outbox_relays.kinds import open_target
+from outbox_relays.redis_target import RedisTarget
+from outbox_relays.target import BrokerUnavailable
+from outbox_relays.target_url import RelayUrlError, TargetUrl
 from poller.message import Message
-from relays import fields
-from relays.kinds import open_target
-from relays.redis_target import RedisTarget
-from relays.target import BrokerUnavailable
-from relays.target_url import RelayUrlError, TargetUrl
 from tests.support.brokers import REDIS, require
 from tests.support.own_servers import own_redis
 from tests.support.relay_messages import made_messages
@@ -297,7 +297,7 @@ async def test_settings_that_cannot_keep_exactly_once_are_warned_about_once(
         await relay.publish(made_messages(2))
         await relay.publish(made_messages(2, first_transaction=3000))
         await relay.close()
-    said = [r.getMessage() for r in caplog.records if r.name.startswith("relays")]
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("outbox_relays")]
     assert len(said) == 3, said
     assert "dedup_window=60 s: a batch published again after an outage" in said[0]
     assert "without its append-only file (appendonly no)" in said[1]
@@ -312,7 +312,9 @@ async def test_a_refused_config_get_says_only_what_the_promise_assumes(
         relay = target("stream=s", url=f"redis://127.0.0.1:{port}/0", declare=True)
         assert await relay.publish(made_messages(1)) == {}
         await relay.close()
-    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("relays")]
+    said = [
+        (r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("outbox_relays")
+    ]
     assert len(said) == 1, said
     level, line = said[0]
     assert level == logging.INFO

@@ -10,17 +10,17 @@ from threading import Thread
 import pytest
 import redis
 
-import relays
+import outbox_relays
 from outbox.positions import Position
+from outbox_relays.relay import Relay
+from outbox_relays.target import BrokerUnavailable, Unsent
 from poller.message import Message
 from poller.outcomes import DestinationUnavailable, ParkMessage
-from relays.relay import Relay
-from relays.target import BrokerUnavailable, Unsent
 from tests.support import brokers
 from tests.support.relay_messages import made_messages
 
 
-def sample(relay: relays.Relay, name: str, **labels: str) -> float | None:
+def sample(relay: outbox_relays.Relay, name: str, **labels: str) -> float | None:
     return relay.metrics.registry.get_sample_value(name, {"relay": relay.target.name, **labels})
 
 
@@ -28,7 +28,7 @@ async def test_a_confirmed_batch_finishes_and_is_counted() -> None:
     brokers.require(brokers.REDIS)
     stream = f"relay-test-{uuid.uuid4().hex[:8]}"
     client = redis.Redis(host=brokers.REDIS[1], port=brokers.REDIS[2])
-    relay = relays.handler(f"redis://127.0.0.1:6379/0?stream={stream}", declare=True)
+    relay = outbox_relays.handler(f"redis://127.0.0.1:6379/0?stream={stream}", declare=True)
     try:
         assert await relay(made_messages(20)) == {}
         assert client.xlen(stream) == 20
@@ -42,7 +42,7 @@ async def test_a_confirmed_batch_finishes_and_is_counted() -> None:
 
 
 async def test_an_outage_is_destination_unavailable_and_counted_by_kind() -> None:
-    relay = relays.handler("redis://user:s3cret@127.0.0.1:1/0?stream=orders")
+    relay = outbox_relays.handler("redis://user:s3cret@127.0.0.1:1/0?stream=orders")
     with pytest.raises(DestinationUnavailable) as raised:
         await relay(made_messages(3))
     assert "s3cret" not in str(raised.value)
@@ -69,7 +69,7 @@ class Refusing(BaseHTTPRequestHandler):
 async def test_a_refusal_for_good_parks_with_the_status_in_the_reason() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
     Thread(target=server.serve_forever, daemon=True).start()
-    relay = relays.handler(f"http://127.0.0.1:{server.server_address[1]}/hook")
+    relay = outbox_relays.handler(f"http://127.0.0.1:{server.server_address[1]}/hook")
     try:
         messages = made_messages(2)
         outcomes = await relay(messages)
@@ -122,7 +122,7 @@ async def test_what_the_broker_could_not_take_now_holds_the_later_messages_of_it
 async def test_a_destination_unreachable_at_start_is_checked_later(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    relay = relays.handler("nats://s3cretTOKEN@127.0.0.1:1?subject=orders.out")
+    relay = outbox_relays.handler("nats://s3cretTOKEN@127.0.0.1:1?subject=orders.out")
     with caplog.at_level(logging.WARNING):
         await relay.check()
     (line,) = [record.getMessage() for record in caplog.records]

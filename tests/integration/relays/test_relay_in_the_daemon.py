@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-import relays
+import outbox_relays
 from tests.integration.test_daemon import append, subscribe, wait_for
 from tests.integration.test_daemon_unavailable import destination_unavailable, parked_count
 from tests.support.inprocess import running_daemon
@@ -38,7 +38,7 @@ def test_a_hung_broker_with_message_timeout_below_timeout_parks_nothing(
         "redis": f"redis://127.0.0.1:{silent_port}/0?stream=s&timeout=30",
         "nats": f"nats://127.0.0.1:{silent_port}?subject=s&timeout=30",
     }[kind]
-    relay = relays.handler(url)
+    relay = outbox_relays.handler(url)
     append(database_url, 5)
     with running_daemon(database_url, ["sub"], relay):
         wait_for(lambda: "no answer within" in (destination_unavailable(database_url) or ""))

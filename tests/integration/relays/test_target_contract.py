@@ -8,8 +8,8 @@ from typing import ClassVar
 
 import pytest
 
+from outbox_relays.kinds import open_target
 from poller.message import Message
-from relays.kinds import open_target
 from tests.support import brokers
 from tests.support.broker_streams import Destination, nats_stream, redis_stream
 from tests.support.relay_messages import made_messages

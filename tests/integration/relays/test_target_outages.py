@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from relays.kinds import open_target
-from relays.target import BrokerUnavailable
+from outbox_relays.kinds import open_target
+from outbox_relays.target import BrokerUnavailable
 from tests.support.relay_messages import made_messages
 
 SECRET = "s3cret-of-the-test"

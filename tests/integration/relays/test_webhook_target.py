@@ -19,11 +19,11 @@ from typing import Any, cast
 import orjson
 import pytest
 
+from outbox_relays import fields, webhook_target
+from outbox_relays.kinds import open_target
+from outbox_relays.target import BrokerUnavailable
+from outbox_relays.target_url import RelayUrlError
 from poller.message import Message
-from relays import fields, webhook_target
-from relays.kinds import open_target
-from relays.target import BrokerUnavailable
-from relays.target_url import RelayUrlError
 from tests.support.relay_messages import made_messages
 
 

@@ -2,7 +2,7 @@
 
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from pipeline.arrow_schema import ARROW_SCHEMA, COLUMN_NAMES, SPARK_SCHEMA
+from outbox_spark.arrow_schema import ARROW_SCHEMA, COLUMN_NAMES, SPARK_SCHEMA
 
 
 def test_the_arrow_schema_is_the_one_spark_checks_batches_against() -> None:

@@ -3,7 +3,7 @@
 import pytest
 
 from outbox.positions import START, Position
-from pipeline.options import (
+from outbox_spark.options import (
     OptionError,
     PartitionBy,
     check_options,

@@ -6,7 +6,7 @@ import io
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.csv_chunks import last_row_end, whole_row_pieces
+from outbox_spark.csv_chunks import last_row_end, whole_row_pieces
 
 fields = st.text(alphabet='ab,"\n\r ', max_size=8)
 rows_strategy = st.lists(st.lists(fields, min_size=1, max_size=3), min_size=1, max_size=20)

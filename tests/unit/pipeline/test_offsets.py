@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from outbox.positions import START, Position
-from pipeline.offsets import OffsetError, next_end, offset_of, position_of
+from outbox_spark.offsets import OffsetError, next_end, offset_of, position_of
 
 positions = st.builds(Position, st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1))
 # Small values, so rows often share a transaction and ceilings fall among them.

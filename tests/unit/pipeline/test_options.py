@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from outbox.positions import Position
-from pipeline.options import (
+from outbox_spark.options import (
     CopyDriver,
     DatabaseLocation,
     OptionError,

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from outbox.positions import Position
-from pipeline.partitions import Slice, key_slices, range_slices
+from outbox_spark.partitions import Slice, key_slices, range_slices
 
 rows_strategy = st.lists(
     st.builds(Position, st.integers(1, 50), st.integers(1, 50)), min_size=2, unique=True

@@ -5,16 +5,16 @@ import sys
 
 from click.testing import CliRunner
 
-from operations.cli.context import CommandContext
-from operations.cli.spark_command import spark
-from operations.settings import CommandLineSettings
+from outbox_cli.context import CommandContext
+from outbox_cli.settings import CommandLineSettings
+from outbox_cli.spark_command import spark
 
 CONTEXT = CommandContext(CommandLineSettings(database_url="postgresql://app@db/app"))
 
 
 def test_importing_the_command_group_imports_no_spark() -> None:
     # `outbox --help` imports every command group; pyspark would cost seconds and a JVM check.
-    code = "import sys, operations.cli.spark_command; print('pyspark' in sys.modules)"
+    code = "import sys, outbox_cli.spark_command; print('pyspark' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 
@@ -22,7 +22,7 @@ def test_importing_the_command_group_imports_no_spark() -> None:
 def test_jobs_are_listed() -> None:
     result = CliRunner().invoke(spark, ["jobs"], obj=CONTEXT)
     assert result.exit_code == 0
-    assert "message-type-counts\tpipeline.jobs.message_type_counts" in result.output
+    assert "message-type-counts\toutbox_spark.jobs.message_type_counts" in result.output
 
 
 def test_an_unknown_job_is_named_with_the_known_ones() -> None:

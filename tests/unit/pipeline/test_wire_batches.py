@@ -6,8 +6,8 @@ import struct
 import pyarrow as pa
 import pytest
 
-from pipeline.arrow_schema import ARROW_SCHEMA
-from pipeline.wire_batches import WIRE_SCHEMA, declared_batch, xid8_as_int64
+from outbox_spark.arrow_schema import ARROW_SCHEMA
+from outbox_spark.wire_batches import WIRE_SCHEMA, declared_batch, xid8_as_int64
 
 APPENDED_AT = datetime.datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)
 TRANSACTION_IDS = [740, (7 << 32) | 12, 2**62 + 1]

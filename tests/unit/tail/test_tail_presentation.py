@@ -4,16 +4,16 @@ import datetime
 
 import pytest
 
-from operations.tail.buffer import DEFAULT_ROW_LIMIT, RowBuffer
-from operations.tail.rows import (
+from outbox.positions import Position
+from outbox_cli.tail.buffer import DEFAULT_ROW_LIMIT, RowBuffer
+from outbox_cli.tail.rows import (
     DATA_CUT,
     checkpoint_line,
     message_details,
     message_line,
     plain_line,
 )
-from operations.tail.status import StreamStatus, duration_text
-from outbox.positions import Position
+from outbox_cli.tail.status import StreamStatus, duration_text
 from poller import Message
 
 APPENDED = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)

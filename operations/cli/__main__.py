@@ -1,3 +1,0 @@
-from operations.cli.main import main
-
-main()

@@ -1,0 +1,3 @@
+from outbox_cli.main import main
+
+main()

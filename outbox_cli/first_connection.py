@@ -1,0 +1,51 @@
+"""`outbox poll`'s first connection, retried while the server is down or starting.
+
+A daemon is often started next to its database (compose, systemd, a pod): the server may not
+accept connections yet, and waiting is what the daemon does for every later connection too.
+It waits under the daemon's one reconnect policy (poller/reconnect.py: its backoff, its notion
+of a transient failure, its way of saying so); only failures that waiting can end are
+retried: a URL that cannot be parsed, a refused login, a missing role or database fail at
+once, since retrying them only hides the mistake. Synchronous, as the checks that follow it
+are; SIGTERM meanwhile ends the process (no handler is installed yet).
+"""
+
+import logging
+import time
+from typing import Any
+
+import psycopg
+
+from outbox_cli.context import CommandContext
+from outbox_cli.errors import DatabaseConnectionError
+from poller.reconnect import Backoff, Outage, failure_line
+from poller.reconnect import is_transient as is_transient_failure
+
+log = logging.getLogger(__name__)
+
+
+def is_transient(error: BaseException) -> bool:
+    cause = error.cause if isinstance(error, DatabaseConnectionError) else error
+    return is_transient_failure(cause)
+
+
+def connect_when_up(context: CommandContext) -> psycopg.Connection[Any]:
+    backoff, outage = Backoff(), Outage()
+    while True:
+        try:
+            conn = context.connect()
+        except DatabaseConnectionError as error:
+            if not is_transient(error):
+                raise
+            now = time.monotonic()
+            if (said := outage.failed(now)) is not None:
+                still = (
+                    ""
+                    if said == "first"
+                    else f" (still, after {now - (outage.began or now):.0f} s)"
+                )
+                log.warning("%s%s; retrying", failure_line(error), still)
+            time.sleep(backoff.failed(now))
+            continue
+        if (lasted := outage.ended(time.monotonic())) is not None:
+            log.info("reached the database after %.1f s", lasted)
+        return conn

@@ -1,0 +1,256 @@
+"""`outbox poll` and `outbox status`."""
+
+import asyncio
+import dataclasses
+import logging
+import os
+import re
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from prometheus_client.registry import Collector
+
+from outbox_cli.context import CommandContext
+from outbox_cli.errors import CommandUsageError
+from outbox_cli.first_connection import connect_when_up
+from outbox_cli.json_output import json_option, print_json, status_document
+from outbox_cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_format
+from outbox_cli.poll_config import read_poll_config
+from outbox_cli.printing import cell, checkpoint_text, console, table
+from outbox_cli.retention_printing import print_oldest_holder
+from outbox_cli.shard_printing import leadership_text
+from poller import administration, inspection
+from poller.daemon import garbage_collection
+from poller.daemon.handlers import (
+    Handler,
+    HandlerNotFoundError,
+    HandlerSignatureError,
+    load_handler,
+)
+from poller.daemon.options import DaemonOptions, command_line_fields, retention_fields
+from poller.daemon.runner import run_daemon
+from poller.daemon.worker import check_pollable
+from poller.message import Message
+from poller.store import retention_store
+from poller.store.records import Blocker
+from poller.store.restore_check import ensure_not_restored
+
+# package.module:callable, each part an identifier: anything else (`../etc:passwd`, a relative
+# import) is refused before the import machinery sees it.
+_HANDLER_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+MISSING_PRIVILEGE = "unknown (needs pg_read_all_stats)"
+
+log = logging.getLogger(__name__)
+
+
+def daemon_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--lease-seconds, --shutdown-timeout, ...: one per DaemonOptions field, help and default
+    taken from the field, so they are written once."""
+    return options_of(command_line_fields())(command)
+
+
+def options_of(
+    fields: list[dataclasses.Field[Any]],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Command-line options for these DaemonOptions fields (unset ones stay None)."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for field in reversed(fields):
+            flag = "--" + field.name.replace("_", "-")
+            help_text = f"{field.metadata['help']} [default: {field.default}]"
+            kind = float if field.type in (float, "float") else int  # int, or a port (int | None)
+            option = click.option(flag, field.name, type=kind, default=None, help=help_text)
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def daemon_command(config_keys: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options `outbox poll` and `outbox relay` share: subscriptions, a TOML config (with
+    `config_keys`), the log format and every daemon option."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = daemon_options(command)
+        for option in reversed(
+            [
+                click.option(
+                    "--subscription", "subscriptions", multiple=True, help="Repeat for several."
+                ),
+                click.option(
+                    "--config",
+                    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                    help=f"TOML with {config_keys} and `subscriptions = [...]`.",
+                ),
+                click.option(
+                    "--log-format",
+                    type=click.Choice(LOG_FORMATS),
+                    default=DEFAULT_LOG_FORMAT,
+                    show_default=True,
+                    help="json: one JSON object per line (subscription, leader_token, ...).",
+                ),
+            ]
+        ):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+@click.command()
+@click.option("--handler", "handler_spec", help="package.module:callable")
+@daemon_command("`handler`")
+@click.pass_obj
+def poll(
+    context: CommandContext,
+    /,
+    subscriptions: tuple[str, ...],
+    handler_spec: str | None,
+    config: Path | None,
+    log_format: str,
+    **option_values: float | None,
+) -> None:
+    """Run the daemon: deliver every committed message of the subscriptions to the handler.
+
+    The current directory comes first on the import path, as with `python -m`, so a handler
+    module beside you is found.
+    """
+    use_log_format(log_format)
+    names = list(subscriptions)
+    if config is not None:
+        document = read_poll_config(config)
+        names += document.subscriptions
+        handler_spec = handler_spec or document.handler
+    if not names:
+        raise click.UsageError("name a --subscription (or list them in --config)")
+    if handler_spec is None:
+        raise click.UsageError("name a --handler package.module:callable (or in --config)")
+    serve(context, names, _handler(handler_spec), option_values)
+
+
+def serve(
+    context: CommandContext,
+    names: list[str],
+    handler: Handler,
+    option_values: dict[str, float | None],
+    collectors: Sequence[Collector] = (),
+    closers: Sequence[Callable[[], Awaitable[None]]] = (),
+) -> None:
+    """Check the subscriptions, then run the daemon on them until SIGTERM or SIGINT."""
+    given = {name: value for name, value in option_values.items() if value is not None}
+    options = DaemonOptions.with_lease(**given)
+    with connect_when_up(context) as conn:
+        for name in names:
+            check_pollable(name, administration.get(conn, name))
+            ensure_not_restored(conn, name)
+    garbage_collection.set_for_daemon()
+    run = run_daemon(
+        context.database_url, names, handler, options, collectors=collectors, closers=closers
+    )
+    unfinished = asyncio.run(run)
+    if unfinished:
+        exit_without_waiting(unfinished)
+
+
+def exit_without_waiting(unfinished: list[Message]) -> NoReturn:
+    """Handler threads cannot be stopped, and the interpreter would wait for them at exit
+    forever; the final checkpoint of what finished is written, so end the process now."""
+    log.error(
+        "exiting with %d handler(s) still running after the shutdown timeout: %s",
+        len(unfinished),
+        ", ".join(map(repr, unfinished)),
+    )
+    logging.shutdown()  # flush every log handler: os._exit skips the usual clean-up
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _handler(spec: str) -> Handler:
+    if not _HANDLER_SPEC.fullmatch(spec):
+        raise HandlerNotFoundError(
+            f"handler {administration.quoted(spec)} is not of the form package.module:callable"
+        )
+    if sys.path[:1] != [os.getcwd()]:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return load_handler(spec)
+    except (HandlerNotFoundError, HandlerSignatureError):
+        raise
+    except Exception as error:  # the module's own code failed while importing
+        raise CommandUsageError(
+            f"handler {administration.quoted(spec)}: importing it raised"
+            f" {type(error).__name__}: {error}"
+        ) from None
+
+
+@click.command()
+@options_of([f for f in retention_fields() if f.name == "retention_stale_after"])
+@json_option
+@click.pass_obj
+def status(context: CommandContext, /, as_json: bool, retention_stale_after: float | None) -> None:
+    """Where every subscription stands (the view outbox.subscription_status), and what holds
+    retention back (outbox.retention_status).
+
+    Naming the sessions of other users that block a subscription needs pg_read_all_stats.
+    """
+    columns = ("subscription", "publication", "checkpoint", "behind", "oldest undelivered")
+    listing = table((*columns, "leader", "shards", "blocked by"))
+    with context.connect() as conn:
+        rows = inspection.status(conn)
+        holders = retention_store.retention_holders(conn)
+    if as_json:
+        print_json([status_document(row) for row in rows])
+        return
+    for row in rows:
+        leader = (
+            f"{row.leader_host} pid {row.leader_pid} since {row.leader_since:%H:%M:%S}"
+            if row.leader_alive and row.leader_since is not None
+            else "none"
+        )
+        age = row.oldest_undelivered_age
+        listing.add_row(
+            cell(row.subscription),
+            cell(row.publication),
+            cell(checkpoint_text(row.checkpoint)),
+            cell(row.messages_behind),
+            cell("-" if age is None else f"{age:.1f} s"),
+            cell(leader),
+            cell(leadership_text(row.shards)),
+            cell(_blocked_by(row)),
+        )
+    console().print(listing)
+    for row in rows:
+        if row.destination_unavailable is not None:
+            console().print(
+                cell(
+                    f"{row.subscription}: its handler's destination cannot take messages,"
+                    f" retrying: {row.destination_unavailable}"
+                )
+            )
+    stale_after = retention_stale_after or DaemonOptions.retention_stale_after
+    print_oldest_holder(holders, stale_after)
+
+
+def _blocked_by(row: inspection.SubscriptionStatus) -> str:
+    if not row.hidden:
+        return "-"
+    if not row.blockers:
+        # Committed messages wait, yet no holder is visible: another user's session.
+        return MISSING_PRIVILEGE
+    return "; ".join(_blocker_text(blocker) for blocker in row.blockers)
+
+
+def _blocker_text(blocker: Blocker) -> str:
+    who = blocker.pid if blocker.pid is not None else blocker.application_name
+    age = None if blocker.transaction_age is None else f"{blocker.transaction_age:.0f} s"
+    fields = [blocker.database, blocker.user_name, blocker.state]
+    known = ", ".join(str(value) for value in fields if value is not None)
+    details = f"{known}, in transaction for {age}" if age is not None else known
+    if None in (*fields, age):
+        details += f"; {'the rest ' if details else ''}{MISSING_PRIVILEGE}"
+    return f"{blocker.kind} {who} ({details})"

@@ -1,0 +1,51 @@
+"""`outbox prune`: the daemon's retention pass, by hand."""
+
+from typing import Any
+
+import click
+
+from outbox_cli.context import CommandContext
+from outbox_cli.errors import CommandError
+from outbox_cli.poll_commands import options_of
+from outbox_cli.printing import cell, console
+from outbox_cli.retention_printing import print_oldest_holder
+from poller.daemon.options import DaemonOptions, retention_fields
+from poller.daemon.retention import retention_pass
+from poller.store import retention_store
+
+_DONE = {
+    "retired": "retired",
+    "would retire": "would retire",
+    "held": "kept (held again when re-checked under lock)",
+    "busy": "skipped (its lock wait ran out; run prune again)",
+}
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Print what would be retired; change nothing.")
+@options_of(retention_fields())
+@click.pass_obj
+def prune(context: CommandContext, /, dry_run: bool, **option_values: float | None) -> None:
+    """Retire the partitions of outbox.messages that every subscription, consumer and parked
+    message is done with and that are older than the minimum age; create those due ahead."""
+    given: dict[str, Any] = {k: v for k, v in option_values.items() if v is not None}
+    options = DaemonOptions(**given)
+    out = console()
+    with context.connect(autocommit=True) as conn:
+        done = retention_pass(conn, options, dry_run=dry_run)
+        if not done.ran:
+            raise CommandError("another process is running retention now; try again later")
+        holders = retention_store.retention_holders(conn)
+    for name in done.created:
+        out.print(cell(f"created partition {name}"))
+    for attempt in done.retired:
+        p = attempt.partition
+        out.print(
+            cell(
+                f"{_DONE[attempt.outcome]} {p.name}: positions {p.first_position} to"
+                f" {p.end_position - 1}, {p.messages} messages"
+            )
+        )
+    if not done.retired:
+        out.print(cell("nothing to retire"))
+    print_oldest_holder(holders, options.retention_stale_after)

@@ -1,0 +1,61 @@
+"""`outbox relay`: the daemon with a relay as its handler (see the `relays` package)."""
+
+import asyncio
+from pathlib import Path
+
+import click
+
+import outbox_relays
+from outbox_cli.context import CommandContext
+from outbox_cli.log_format import use_log_format
+from outbox_cli.poll_commands import daemon_command, serve
+from outbox_cli.poll_config import read_poll_config
+
+
+@click.command()
+@click.option(
+    "--to",
+    "url",
+    help="Where to publish: nats://, redis://, amqp://, http(s):// with the target's settings"
+    " as query parameters (README: Relays).",
+)
+@click.option(
+    "--declare",
+    is_flag=True,
+    default=None,
+    help="Create the stream, exchange or queue --to names when it is missing.",
+)
+@daemon_command("a `[relay]` table (`to`, `declare`)")
+@click.pass_obj
+def relay(
+    context: CommandContext,
+    /,
+    url: str | None,
+    declare: bool | None,
+    subscriptions: tuple[str, ...],
+    config: Path | None,
+    log_format: str,
+    **option_values: float | None,
+) -> None:
+    """Publish every committed message of the subscriptions to a broker or a webhook.
+
+    A message is finished only once the broker confirmed it. While the broker is down or
+    misses what --to names, the relay retries with backoff and parks nothing; a message the
+    broker refuses for good is parked with the broker's reason.
+    """
+    use_log_format(log_format)
+    names = list(subscriptions)
+    if config is not None:
+        document = read_poll_config(config)
+        names += document.subscriptions
+        if document.relay is not None:
+            url = url or document.relay.to
+            declare = document.relay.declare if declare is None else declare
+    if not names:
+        raise click.UsageError("name a --subscription (or list them in --config)")
+    if url is None:
+        raise click.UsageError("name a --to URL (or `to` in the config's [relay] table)")
+    relay_handler = outbox_relays.handler(url, declare=bool(declare))
+    asyncio.run(relay_handler.check())
+    registry = relay_handler.metrics.registry
+    serve(context, names, relay_handler, option_values, [registry], [relay_handler.close])

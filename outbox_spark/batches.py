@@ -1,0 +1,70 @@
+"""Where a batch ends and where it splits, asked of PostgreSQL on the driver.
+
+A batch end is chosen in one statement below pg_snapshot_xmin(pg_current_snapshot()): every
+transaction that could still commit a row at or below it has ended, so the rows of
+`(start, end]` are final, and a batch replayed after a failure reads exactly the same rows.
+"""
+
+from typing import Any
+
+import psycopg
+
+from outbox.positions import Position
+from outbox_spark.options import PartitionBy
+from outbox_spark.partitions import Slice, key_slices, range_slices
+from outbox_spark.queries import pipeline_queries
+
+
+def batch_end(
+    conn: psycopg.Connection[Any], publication: str, after: Position, limit: int | None
+) -> Position | None:
+    """The last row of the next batch of at most `limit` rows (None: every safe row)."""
+    parameters = _after(publication, after)
+    if limit is None:
+        # A backward index scan from the newest row: no need to walk what comes before.
+        cursor = conn.execute(pipeline_queries()["pipeline_last_safe_row"], parameters)
+    else:
+        cursor = conn.execute(
+            pipeline_queries()["pipeline_batch_end"], {**parameters, "limit": limit}
+        )
+    row = cursor.fetchone()
+    return None if row is None else Position(*row)
+
+
+def split_points(
+    conn: psycopg.Connection[Any], publication: str, start: Position, end: Position, slices: int
+) -> list[Position]:
+    """Up to `slices - 1` rows that cut `(start, end]` into slices of equal row counts.
+
+    The k-th cut is row floor(k * total / slices) of the batch: never its last row, and cuts
+    that coincide in a batch of fewer rows than slices come back once.
+    """
+    rows = conn.execute(
+        pipeline_queries()["pipeline_split_points"],
+        {
+            **_after(publication, start),
+            **end.query_parameters("until_"),
+            "slices": slices,
+        },
+    ).fetchall()
+    return [Position(*row) for row in rows]
+
+
+def slices(
+    conn: psycopg.Connection[Any],
+    publication: str,
+    after: Position,
+    until: Position,
+    count: int,
+    partition_by: PartitionBy,
+) -> list[Slice]:
+    """The tasks of `(after, until]`: `count` hash buckets of the partition key, or up to
+    `count` keyset ranges of equal row counts (asking the database where to cut)."""
+    if partition_by is PartitionBy.KEY:
+        return key_slices(after, until, count)
+    points = [] if count == 1 else split_points(conn, publication, after, until, count)
+    return range_slices(after, until, points)
+
+
+def _after(publication: str, after: Position) -> dict[str, Any]:
+    return {"publication": publication, **after.query_parameters("after_")}

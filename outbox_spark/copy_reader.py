@@ -1,0 +1,134 @@
+"""Reading one slice of a batch into Arrow record batches, on an executor.
+
+COPY is the fastest way out of PostgreSQL, and COPY takes no bind parameters, so the slice's
+bounds are rendered into the statement as literals (psycopg.sql.Literal, never formatting).
+The ADBC driver runs it as binary COPY and builds Arrow in C++; when it is not installed (or
+`copyDriver=psycopg`), psycopg streams COPY as CSV and pyarrow parses it in C++, so no row
+ever becomes a Python object either way.
+"""
+
+import importlib.util
+from collections.abc import Generator
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+from psycopg import sql
+
+from outbox.positions import Position
+from outbox_spark.csv_chunks import whole_row_pieces
+from outbox_spark.options import CopyDriver
+from outbox_spark.partitions import Slice
+from outbox_spark.queries import pipeline_queries
+from outbox_spark.retired_ranges import mark_statement, refuse_retired
+from outbox_spark.wire_batches import WIRE_SCHEMA, declared_batch
+from outbox_spark.worker_connections import adbc_connection
+
+APPLICATION_NAME = "outbox-spark-source"
+
+
+def slice_statement(publication: str, part: Slice) -> sql.Composed:
+    """The SELECT of one slice, with its bounds as literals."""
+    values: dict[str, Any] = {
+        "publication": publication,
+        **part.after.query_parameters("after_"),
+        **part.until.query_parameters("until_"),
+    }
+    if part.by_key:
+        values |= {"bucket": part.bucket, "buckets": part.buckets}
+    name = "pipeline_read_key_bucket" if part.by_key else "pipeline_read_slice"
+    return sql.SQL(pipeline_queries()[name]).format(
+        **{key: sql.Literal(value) for key, value in values.items()}
+    )
+
+
+def _chosen_driver(requested: CopyDriver) -> CopyDriver:
+    if requested is not CopyDriver.AUTO:
+        return requested
+    if importlib.util.find_spec("adbc_driver_postgresql") is not None:
+        return CopyDriver.ADBC
+    return CopyDriver.PSYCOPG
+
+
+def read_slice(
+    conninfo: str, publication: str, part: Slice, driver: CopyDriver, *, check_retired: bool = False
+) -> Generator[pa.RecordBatch, None, None]:
+    """Yield the slice's rows in the declared schema (in delivery order for a key bucket).
+
+    A generator, because Spark may close it early, and closing it must end the COPY. With
+    `check_retired` (a batch read, which holds no subscription row back), the slice ends by
+    raising RetiredRangeError if retention dropped rows of it (outbox_spark/retired_ranges.py).
+    """
+    statement = slice_statement(publication, part)
+    after = part.after if check_retired else None
+    if _chosen_driver(driver) is CopyDriver.ADBC:
+        return _read_with_adbc(conninfo, statement, publication, after)
+    return _read_with_psycopg(conninfo, statement, publication, after)
+
+
+def _read_with_adbc(
+    conninfo: str, statement: sql.Composed, publication: str, checked_after: Position | None
+) -> Generator[pa.RecordBatch, None, None]:
+    # Without a connection, as_string writes backslashes in E'...' strings, valid whatever
+    # the server's standard_conforming_strings.
+    text = statement.as_string(None)
+    with (
+        adbc_connection(conninfo, APPLICATION_NAME) as connection,
+        connection.cursor() as cursor,
+    ):
+        # Without parameters the driver runs COPY (...) TO STDOUT (FORMAT binary).
+        cursor.execute(text)
+        finished = False
+        try:
+            for batch in cursor.fetch_record_batch():
+                yield declared_batch(batch, publication)
+            finished = True
+        finally:
+            if not finished:
+                # Spark stopped reading (a LIMIT, a cancelled task). Closing alone ends the
+                # backend only when it next sends, which a key bucket's scan, filtering out
+                # most rows, may not do for long: cancel so the server stops at once.
+                cursor.adbc_cancel()
+        if checked_after is not None:
+            cursor.execute(mark_statement(publication).as_string(None))
+            refuse_retired(publication, checked_after, cursor.fetchone())
+
+
+def _read_with_psycopg(
+    conninfo: str, statement: sql.Composed, publication: str, checked_after: Position | None
+) -> Generator[pa.RecordBatch, None, None]:
+    with psycopg.connect(conninfo, autocommit=True, application_name=APPLICATION_NAME) as conn:
+        # CSV renders timestamptz in the session's zone and style; Arrow reads ISO with +00.
+        conn.execute("SET TimeZone TO 'UTC'")
+        conn.execute("SET DateStyle TO 'ISO'")
+        copy_statement = sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(statement)
+        # Leaving the block early (GeneratorExit) makes psycopg cancel the COPY on the server.
+        with conn.cursor() as cursor, cursor.copy(copy_statement) as copy:
+            for piece in whole_row_pieces(copy, _CSV_PIECE_BYTES):
+                table = pa_csv.read_csv(
+                    pa.BufferReader(piece),
+                    read_options=_CSV_READ_OPTIONS,
+                    parse_options=_CSV_PARSE_OPTIONS,
+                    convert_options=_CSV_CONVERT_OPTIONS,
+                )
+                for batch in table.to_batches():
+                    yield declared_batch(batch, publication)
+        if checked_after is not None:
+            mark = conn.execute(mark_statement(publication)).fetchone()
+            refuse_retired(publication, checked_after, mark)
+
+
+_CSV_PIECE_BYTES = 8 << 20
+_CSV_READ_OPTIONS = pa_csv.ReadOptions(column_names=WIRE_SCHEMA.names)
+# Keys and ids are free text and may hold line breaks inside quotes.
+_CSV_PARSE_OPTIONS = pa_csv.ParseOptions(newlines_in_values=True)
+_CSV_CONVERT_OPTIONS = pa_csv.ConvertOptions(
+    # xid8 and jsonb print as decimal and JSON text: parsed straight into the declared types.
+    column_types=WIRE_SCHEMA,
+    # COPY's CSV writes NULL as an empty unquoted field and '' as "", so only the unquoted
+    # empty field is a null.
+    null_values=[""],
+    strings_can_be_null=True,
+    quoted_strings_can_be_null=False,
+)

@@ -1,0 +1,166 @@
+"""`spark.readStream.format("outbox")`: a publication as a Structured Streaming source.
+
+The stream reader lives in a long-running Python process beside the Spark driver
+(initialOffset, latestOffset, partitions, commit) and is pickled again for every task, where
+only read() runs. So everything read() needs travels in the partition and the options, and
+the driver's connection is opened lazily and never pickled.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from outbox.positions import START, Position
+from outbox_spark import batches, progress
+from outbox_spark.arrow_schema import SPARK_SCHEMA
+from outbox_spark.batch_reader import OutboxBatchReader
+from outbox_spark.copy_reader import APPLICATION_NAME, read_slice
+from outbox_spark.offsets import next_end, offset_of, position_of
+from outbox_spark.options import (
+    OptionError,
+    SourceOptions,
+    check_options,
+    parse_batch_options,
+    parse_source_options,
+)
+from outbox_spark.partitions import Slice
+
+
+class OutboxDataSource(DataSource):
+    """`spark.readStream.format("outbox")`; the options are in outbox_spark/README.md."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "outbox"
+
+    def schema(self) -> StructType:
+        # Spark asks for the schema at load(): checking the options here reports a mistake
+        # there, not at the first trigger.
+        check_options(self.options)
+        return SPARK_SCHEMA
+
+    def streamReader(self, schema: StructType) -> "OutboxStreamReader":  # noqa: N802
+        _refuse_another_schema(schema)
+        return OutboxStreamReader(parse_source_options(self.options))
+
+    def reader(self, schema: StructType) -> OutboxBatchReader:
+        """`spark.read.format("outbox")`: the rows of a range, once (a backfill)."""
+        _refuse_another_schema(schema)
+        return OutboxBatchReader(parse_batch_options(self.options))
+
+
+class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Spark's callbacks (hence their camelCase names) over the snapshot-safe read."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._connection: psycopg.Connection[Any] | None = None
+        # Trigger.AvailableNow: the last safe row when the query started; None otherwise.
+        self._ceiling: Position | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_connection"] = None  # a socket cannot travel to an executor
+        return state
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802
+        """The start of a query without a checkpoint; also registers its subscription row.
+
+        Spark calls it (twice, as observed on 4.3) only when the query has no offset log.
+        """
+        starting = self.options.starting_offsets
+        if starting == "earliest":
+            start = START
+        elif starting == "latest":
+            start = self._batch_end(START, None) or START
+        else:
+            start = starting
+        progress.start_subscription(
+            self._conn(), self.options.subscription, self.options.publication, start
+        )
+        return offset_of(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        rows = self.options.max_rows_per_batch
+        return ReadAllAvailable() if rows is None else ReadMaxRows(rows)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:  # noqa: N802
+        after = position_of(start)
+        candidate = self._batch_end(after, _row_limit(limit))
+        return offset_of(next_end(after, candidate, self._ceiling))
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self._ceiling = self._batch_end(START, None) or START
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        after, until = position_of(start), position_of(end)
+        if after == until:
+            return []
+        options = self.options
+        slices = batches.slices(
+            self._conn(),
+            options.publication,
+            after,
+            until,
+            options.num_partitions,
+            options.partition_by,
+        )
+        return [InputPartition(part) for part in slices]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        part: Slice = partition.value
+        # Resolved here, on the executor: the URL (and any password) never sits in a plan.
+        conninfo = self.options.database.conninfo()
+        return read_slice(conninfo, self.options.publication, part, self.options.copy_driver)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        progress.record_progress(
+            self._conn(), self.options.subscription, self.options.publication, position_of(end)
+        )
+
+    def stop(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _batch_end(self, after: Position, limit: int | None) -> Position | None:
+        return batches.batch_end(self._conn(), self.options.publication, after, limit)
+
+    def _conn(self) -> psycopg.Connection[Any]:
+        if self._connection is None or self._connection.closed:
+            # Autocommit: every statement takes a fresh snapshot, hence a fresh frontier, and
+            # the driver never holds a transaction open between triggers.
+            self._connection = psycopg.connect(
+                self.options.database.conninfo(),
+                autocommit=True,
+                application_name=APPLICATION_NAME,
+            )
+        return self._connection
+
+
+def _refuse_another_schema(schema: StructType) -> None:
+    if schema != SPARK_SCHEMA:
+        raise OptionError(
+            f"the outbox source has a fixed schema, {SPARK_SCHEMA.simpleString()};"
+            f" do not pass .schema(...) (got {schema.simpleString()})"
+        )
+
+
+def _row_limit(limit: ReadLimit) -> int | None:
+    if isinstance(limit, ReadAllAvailable):
+        return None
+    if isinstance(limit, ReadMaxRows):
+        return int(limit.max_rows)
+    raise ValueError(
+        f"the outbox source honours ReadAllAvailable and ReadMaxRows, not {type(limit).__name__}"
+    )
