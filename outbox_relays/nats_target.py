@@ -1,8 +1,9 @@
 """Publish to NATS JetStream: `nats://[user:pass@]host:port?subject=TEMPLATE[&stream=NAME]`.
 
 Each message is one JetStream message on the subject its template renders: the body is the
-payload's JSON text, the headers are every field of `outbox_relays.fields.header_fields` (a value
-nats-py would fold or strip goes percent-encoded, named in outbox-encoded) plus
+payload's JSON text, the headers are every field of `outbox_relays.fields.header_fields`, the
+message's own headers each as a header of its own (a value nats-py would fold or strip goes
+percent-encoded, named in outbox-encoded; a name as fields.NATS_NAMES says) plus
 `Nats-Msg-Id`, `outbox_relays.fields.dedup_id`: the publication and the message id, exact. JetStream
 drops a message whose Msg-Id it has stored within the stream's duplicate window, so a batch
 the relay publishes again after a failure adds only what is not there yet.
@@ -112,7 +113,7 @@ class NatsTarget:
         outgoing: list[_Prepared] = []
         for message in messages:
             subject = self._subject.render(message)
-            headers = fields.header_fields(message)
+            headers = fields.header_fields(message, fields.NATS_NAMES)
             headers["Nats-Msg-Id"] = fields.dedup_id(message, self._generation)
             body = fields.payload(message)
             problem = _subject_problem(subject) or _size_problem(headers, body, nc.max_payload)

@@ -1,7 +1,9 @@
 """Publishes to a RabbitMQ exchange, with publisher confirms: `amqp://` and `amqps://` URLs.
 
 Each message goes to the exchange and routing key its templates render, persistent, with
-mandatory=True so an unroutable message comes back instead of being dropped. A batch is written
+mandatory=True so an unroutable message comes back instead of being dropped; its headers are
+the relay's fields and the message's own headers (`outbox_relays.fields`, names as AMQP_NAMES
+says; a header name over AMQP's 255 bytes parks the message). A batch is written
 in order on one channel and its confirms are awaited together; a message counts as published
 only once the broker confirmed it. Each message has its own answer: one nacked (a full queue
 with x-overflow=reject-publish) or returned is sent again later, what the broker confirmed
@@ -379,8 +381,13 @@ def _amqp_message(message: Message) -> aio_pika.Message:
         type=message.message_type,
         timestamp=message.appended_at,
         content_type="application/json",
-        headers=dict(fields.metadata(message)),  # widened to aio-pika's header value type
+        # Widened to aio-pika's header value type.
+        headers={**fields.metadata(message), **_application_headers(message)},
     )
+
+
+def _application_headers(message: Message) -> dict[str, str]:
+    return fields.application_headers(message, fields.AMQP_NAMES)
 
 
 def _overlong(message: Message, exchange: str, routing_key: str) -> str | None:
@@ -390,6 +397,7 @@ def _overlong(message: Message, exchange: str, routing_key: str) -> str | None:
         ("routing key", routing_key),
         ("message_id", fields.message_id(message)),
         ("type", message.message_type),
+        *(("header name", name) for name in _application_headers(message)),
     ):
         if len(value.encode()) > _SHORT_STRING:
             return f"RabbitMQ: the {what} {value[:40]!r}... is over {_SHORT_STRING} bytes"

@@ -2,8 +2,9 @@
 
 Each message becomes one stream entry: the field `data` holds the payload's JSON text, then
 every field of `outbox_relays.fields.metadata` follows under its own name (outbox-message-id,
-outbox-message-type, outbox-publication, outbox-position, outbox-appended-at, outbox-headers,
-and outbox-partition-key when the message has a key).
+outbox-message-type, outbox-publication, outbox-position, outbox-appended-at, and
+outbox-partition-key when the message has a key), then the message's own headers, each a
+field of its own (`outbox_relays.fields.application_headers`, named as REDIS_NAMES says).
 
 Redis streams have no de-duplication of their own, so one Lua script does it in the same
 atomic step as the add: per message, `SET <stream>:outbox-published:<dedup id> 1 NX PX
@@ -130,6 +131,8 @@ class RedisTarget:
             keys += (stream, marker)
             items = ["data", message.data_text]
             for field, value in fields.metadata(message).items():
+                items += (field, value)
+            for field, value in fields.application_headers(message, fields.REDIS_NAMES).items():
                 items += (field, value)
             args.append(str(len(items)))
             args += items

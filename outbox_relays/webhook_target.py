@@ -13,9 +13,10 @@ user and password in the URL are sent as HTTP basic authentication.
 A message's body is the JSON object {"message_id", "message_type", "publication",
 "partition_key" (null when keyless), "position" ("TX:POS"), "appended_at" (ISO 8601),
 "headers", "data"}; Content-Type is application/json. With mode=message the fields of
-`outbox_relays.fields.header_fields` go as headers too (outbox-message-id and the rest, UTF-8; a
-value HTTP cannot carry, with a line break or white space at an end, percent-encoded and
-named in outbox-encoded).
+`outbox_relays.fields.header_fields` go as headers too (outbox-message-id and the rest, and the
+message's own headers each as an HTTP header, UTF-8; a value HTTP cannot carry, with a line
+break or white space at an end, percent-encoded and named in outbox-encoded; a name as
+fields.HTTP_NAMES says).
 
 With secret_env= every POST is signed: `Outbox-Timestamp` is the Unix time in whole seconds,
 and `Outbox-Signature` is `sha256=` followed by the hex HMAC-SHA256, keyed with the secret's
@@ -145,7 +146,7 @@ class WebhookTarget:
             message, body = group[0]
             headers = {
                 field.encode(): value.encode()
-                for field, value in fields.header_fields(message).items()
+                for field, value in fields.header_fields(message, fields.HTTP_NAMES).items()
             }
             if (refusal := await self._post(body, headers)) is not None:
                 unsent[message.at] = refusal
