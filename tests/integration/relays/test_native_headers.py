@@ -21,6 +21,7 @@ from outbox_relays.kinds import open_target
 from poller.message import Message
 from poller.store.message_reads import read_batch
 from tests.integration.relays.test_webhook_target import Receiver
+from tests.integration.test_daemon import wait_for
 from tests.support import brokers
 
 HEADERS: dict[str, Any] = {
@@ -60,8 +61,11 @@ def appended(database_url: str) -> Message:
     """The message as the daemon reads it from PostgreSQL (its headers as jsonb's text)."""
     with psycopg.connect(database_url) as conn:
         outbox.append(conn, "orders", "order.placed", {"n": 1}, partition_key="k", headers=HEADERS)
+    read: list[Message] = []
     with psycopg.connect(database_url, autocommit=True) as conn:
-        (message,) = read_batch(conn, "orders", START, 10)
+        # Committed rows show once no older transaction of the cluster can still commit.
+        wait_for(lambda: bool(read.extend(read_batch(conn, "orders", START, 10)) or read))
+    (message,) = read
     return message
 
 
