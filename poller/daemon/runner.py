@@ -19,6 +19,7 @@ from typing import Any
 
 from prometheus_client.registry import Collector
 
+from poller.daemon import tracing
 from poller.daemon.coordinator import SubscriptionCoordinator
 from poller.daemon.handler_calls import CallObserver
 from poller.daemon.handlers import Handler, check_signature
@@ -108,8 +109,12 @@ async def run_daemon(
 
 def _observers(subscription: str, metrics: DaemonMetrics | None) -> list[CallObserver]:
     """Who sees the subscription's handler calls besides its failure log: its metrics when
-    they are served."""
-    return [] if metrics is None else [metrics[subscription]]
+    they are served, and a span per call when this process traces (tracing.py)."""
+    observers: list[CallObserver] = [] if metrics is None else [metrics[subscription]]
+    spans = tracing.span_recorder(subscription)
+    if spans is not None:
+        observers.append(spans)
+    return observers
 
 
 async def _until_done_or_overdue(
