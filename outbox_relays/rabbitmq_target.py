@@ -38,7 +38,7 @@ from aiormq.exceptions import ChannelAccessRefused
 
 from outbox.database_url import mask_password
 from outbox.positions import Position
-from outbox_relays import fields
+from outbox_relays import cloud_events, fields
 from outbox_relays.target import BrokerUnavailable, Unsent, whole_or_each
 from outbox_relays.target_url import RelayUrlError, TargetUrl
 from outbox_relays.templates import Template, TemplateError
@@ -91,6 +91,7 @@ class RabbitMqTarget:
         except TemplateError as error:
             raise RelayUrlError(f"--to {url.masked}: {error}") from None
         self._timeout = url.number("timeout", 10, 0.1, 600)
+        self._cloud_events = url.cloud_events()
         self._connection: aio_pika.abc.AbstractConnection | None = None
         self._channel: aio_pika.abc.AbstractChannel | None = None
         self._exchanges: dict[str, aio_pika.abc.AbstractExchange] = {}
@@ -112,7 +113,9 @@ class RabbitMqTarget:
             if reason is not None:
                 unsent[message.at] = reason
                 continue
-            pending.append((message, exchange, routing_key, _amqp_message(message)))
+            pending.append(
+                (message, exchange, routing_key, _amqp_message(message, self._cloud_events))
+            )
         try:
             async with asyncio.timeout(self._timeout):
                 while pending:
@@ -373,7 +376,14 @@ class RabbitMqTarget:
         return mask_password(text.replace(password, "***") if password else text)
 
 
-def _amqp_message(message: Message) -> aio_pika.Message:
+def _amqp_message(message: Message, cloud_event: bool) -> aio_pika.Message:
+    """format=cloudevents: binary mode as the CloudEvents SDK's RabbitMQ binding has it
+    (`ce-` headers as they are, the content_type property the data's)."""
+    own = (
+        cloud_events.binary_headers(message, percent_encoded=False, content_type=False)
+        if cloud_event
+        else fields.metadata(message)
+    )
     return aio_pika.Message(
         body=fields.payload(message),
         delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
@@ -382,7 +392,7 @@ def _amqp_message(message: Message) -> aio_pika.Message:
         timestamp=message.appended_at,
         content_type="application/json",
         # Widened to aio-pika's header value type.
-        headers={**fields.metadata(message), **_application_headers(message)},
+        headers={**own, **_application_headers(message)},
     )
 
 

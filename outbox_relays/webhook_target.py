@@ -56,7 +56,7 @@ import httpx
 import orjson
 
 from outbox.positions import Position
-from outbox_relays import fields, webhook_answers
+from outbox_relays import cloud_events, fields, webhook_answers
 from outbox_relays.target import BrokerUnavailable, Unsent, whole_or_each
 from outbox_relays.target_url import RelayUrlError, TargetUrl
 from poller.message import Message
@@ -86,6 +86,12 @@ class WebhookTarget:
         self._max_bytes = url.whole_number("max_bytes", 0, 64, 2**40)
         if self._mode != "batch" and (self._max_messages or self._max_bytes):
             raise RelayUrlError(f"--to {url.masked}: max_messages= and max_bytes= need mode=batch")
+        self._cloud_events = url.cloud_events()
+        if self._cloud_events and self._mode == "batch":
+            raise RelayUrlError(
+                f"--to {url.masked}: format=cloudevents takes mode=message (binary mode: one"
+                " event per POST, the message's own headers as HTTP headers)"
+            )
         self._client: httpx.AsyncClient | None = None
         self._not_before = 0.0
         """time.monotonic() before which nothing is POSTed (a Retry-After)."""
@@ -111,6 +117,8 @@ class WebhookTarget:
         return whole_or_each(messages, unsent)
 
     def _each(self, messages: Sequence[Message]) -> list[list[tuple[Message, bytes]]]:
+        if self._cloud_events:  # binary mode: the body is the event's data
+            return [[(message, fields.payload(message))] for message in messages]
         return [[(message, orjson.dumps(_body(message)))] for message in messages]
 
     def _batches(
@@ -144,9 +152,12 @@ class WebhookTarget:
         """POST one message (mode=message) or one array; halve an array on HTTP 413."""
         if self._mode == "message":
             message, body = group[0]
+            own = None
+            if self._cloud_events:
+                own = cloud_events.binary_headers(message, percent_encoded=True, content_type=False)
             headers = {
                 field.encode(): value.encode()
-                for field, value in fields.header_fields(message, fields.HTTP_NAMES).items()
+                for field, value in fields.header_fields(message, fields.HTTP_NAMES, own).items()
             }
             if (refusal := await self._post(body, headers)) is not None:
                 unsent[message.at] = refusal

@@ -3,26 +3,20 @@ AMQP headers, Redis entry fields), and a consumer on each reads back exactly wha
 appended: non-string JSON values, names a protocol would fold or refuse, names that collide
 with the relay's fields or the protocol's own headers."""
 
-import asyncio
-import uuid
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
-import aio_pika
-import nats
 import psycopg
 import pytest
-import redis
 
 import outbox
 from outbox.positions import START
 from outbox_relays import fields
-from outbox_relays.kinds import open_target
 from poller.message import Message
 from poller.store.message_reads import read_batch
 from tests.integration.relays.test_webhook_target import Receiver
 from tests.integration.test_daemon import wait_for
-from tests.support import brokers
+from tests.support.broker_reads import READERS, published
 
 HEADERS: dict[str, Any] = {
     "tenant": "acme",
@@ -69,69 +63,6 @@ def appended(database_url: str) -> Message:
     return message
 
 
-def published(url: str, message: Message) -> None:
-    async def publish() -> None:
-        target = open_target(url, declare=True)
-        try:
-            assert await target.publish([message]) == {}
-        finally:
-            await target.close()
-
-    asyncio.run(publish())
-
-
-def nats_headers(message: Message) -> dict[str, str]:
-    brokers.require(brokers.NATS)
-    subject = f"headers.{uuid.uuid4().hex[:8]}"
-    stream = subject.replace(".", "_").upper()
-
-    async def received() -> dict[str, str]:
-        connection = await nats.connect(f"nats://{brokers.NATS[1]}:{brokers.NATS[2]}")
-        try:
-            subscription = await connection.subscribe(subject)
-            await asyncio.to_thread(
-                published, f"nats://127.0.0.1:4222?subject={subject}&stream={stream}", message
-            )
-            got = await subscription.next_msg(timeout=10)
-            await connection.jetstream().delete_stream(stream)
-            return dict(got.headers or {})
-        finally:
-            await connection.close()
-
-    return asyncio.run(received())
-
-
-def redis_fields(message: Message) -> dict[str, str]:
-    brokers.require(brokers.REDIS)
-    stream = f"headers-{uuid.uuid4().hex[:8]}"
-    published(f"redis://127.0.0.1:6379/0?stream={stream}", message)
-    client = redis.Redis(host=brokers.REDIS[1], port=brokers.REDIS[2], decode_responses=True)
-    try:
-        ((_, entry),) = cast(list[tuple[str, dict[str, str]]], client.xrange(stream))
-        return entry
-    finally:
-        client.delete(stream, *client.scan_iter(f"{stream}:outbox-published:*"))
-        client.close()
-
-
-def amqp_headers(message: Message) -> dict[str, Any]:
-    brokers.require(brokers.RABBITMQ)
-    queue = f"headers-{uuid.uuid4().hex[:8]}"
-    published(f"amqp://guest:guest@127.0.0.1:5672/?queue={queue}", message)
-
-    async def received() -> dict[str, Any]:
-        connection = await aio_pika.connect("amqp://guest:guest@127.0.0.1:5672/")
-        try:
-            channel = await connection.channel()
-            got = await (await channel.declare_queue(queue, passive=True)).get(no_ack=True)
-            await channel.queue_delete(queue)
-            return dict(got.headers)
-        finally:
-            await connection.close()
-
-    return asyncio.run(received())
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     receiver = Receiver()
@@ -144,13 +75,11 @@ def test_a_consumer_reads_back_exactly_the_headers_appended(
     appended: Message, receiver: Receiver, broker: str
 ) -> None:
     if broker == "http":
-        published(receiver.url(), appended)
+        published(receiver.url(), [appended])
         (request,) = receiver.requests
         received: dict[str, Any] = {name: request.header(name) for name in request.headers}
     else:
-        received = {"nats": nats_headers, "redis": redis_fields, "rabbitmq": amqp_headers}[broker](
-            appended
-        )
+        received = READERS[broker]([appended])[0].headers
     assert fields.read_application_headers(received) == HEADERS
     assert fields.read_header_fields(received) == fields.metadata(appended)
 
