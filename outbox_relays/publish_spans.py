@@ -18,6 +18,7 @@ from opentelemetry import context, propagate, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from outbox.positions import Position
+from outbox_relays import fields
 from poller.message import Message
 
 _TRACE_HEADERS = ("traceparent", "tracestate")
@@ -37,9 +38,9 @@ class PublishSpans:
         outgoing: list[Message] = []
         spans: list[trace.Span] = []
         for message in messages:
-            headers = dict(message.headers)
+            texts = fields.header_texts(message.headers_text)
             written = propagate.extract(
-                {k: v for k, v in headers.items() if isinstance(v, str)},
+                {name: text for name, text, is_json in texts if not is_json},
                 context=context.Context(),
             )
             span = self._tracer.start_span(
@@ -56,11 +57,9 @@ class PublishSpans:
                     "outbox.position": str(message.at),
                 },
             )
-            for name in _TRACE_HEADERS:
-                headers.pop(name, None)
             carrier: dict[str, str] = {}
             propagate.inject(carrier, context=trace.set_span_in_context(span, written))
-            outgoing.append(_with_headers(message, {**headers, **carrier}))
+            outgoing.append(_with_headers(message, texts, carrier))
             spans.append(span)
         return outgoing, spans
 
@@ -79,7 +78,17 @@ class PublishSpans:
             span.end()
 
 
-def _with_headers(message: Message, headers: dict[str, object]) -> Message:
+def _with_headers(
+    message: Message, texts: list[tuple[str, str, bool]], carrier: dict[str, str]
+) -> Message:
+    """`message` with the publish span's context (`carrier`) in place of the one it was
+    written with; every other header's JSON text exactly as PostgreSQL stored it."""
+    kept = [
+        f"{_json(name)}: {text if is_json else _json(text)}"
+        for name, text, is_json in texts
+        if name not in _TRACE_HEADERS and name not in carrier
+    ]
+    added = [f"{_json(name)}: {_json(value)}" for name, value in carrier.items()]
     return Message(
         position=message.position,
         transaction_id=message.transaction_id,
@@ -88,7 +97,11 @@ def _with_headers(message: Message, headers: dict[str, object]) -> Message:
         message_type=message.message_type,
         partition_key=message.partition_key,
         data_text=message.data_text,
-        headers_text=orjson.dumps(headers).decode(),
+        headers_text="{" + ", ".join(kept + added) + "}",
         appended_at=message.appended_at,
         delivery_attempt=message.delivery_attempt,
     )
+
+
+def _json(text: str) -> str:
+    return orjson.dumps(text).decode()

@@ -46,8 +46,13 @@ _TEXT_HEADERS = _TextHeaders()
 
 
 def written_context(message: Message) -> context.Context:
-    """The trace context the message was appended in (empty when it carries none)."""
-    return propagate.extract(message.headers, context=context.Context(), getter=_TEXT_HEADERS)
+    """The trace context the message was appended in (empty when it carries none, or
+    headers the JSON decoder refuses: a number beyond a double, which jsonb keeps)."""
+    try:
+        headers = message.headers
+    except ValueError:
+        return context.Context()
+    return propagate.extract(headers, context=context.Context(), getter=_TEXT_HEADERS)
 
 
 class SpanRecorder(CallObserver):

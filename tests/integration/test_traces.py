@@ -18,11 +18,14 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
 import outbox
 import outbox_relays
+from outbox_relays import fields
 from poller.daemon.background import DaemonThread
 from poller.message import Message
 from tests.integration.test_daemon import subscribe, wait_for
 from tests.support import brokers
+from tests.support.broker_reads import from_nats
 from tests.support.inprocess import FAST, running_daemon
+from tests.support.relay_messages import made_messages
 from tests.support.tracing import traced
 
 
@@ -170,3 +173,43 @@ def test_a_failed_call_is_an_error_span_and_its_retry_says_its_attempt(
     assert dict(retried.attributes or {})["outbox.delivery_attempt"] == 2
     assert retried.status.status_code is StatusCode.UNSET
     assert retried.parent == failed.parent  # both continue the business transaction
+
+
+def test_a_traced_relay_replaces_only_the_trace_context_and_keeps_every_header_exact(
+    spans: InMemorySpanExporter,
+) -> None:
+    brokers.require(brokers.NATS)
+    (message,) = made_messages(1)
+    written = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    message._headers_text = (
+        f'{{"traceparent": "{written}", "n": 1.10, "big": 123456789012345678901234567890,'
+        ' "baggage": "k=v", "Tenant": " acme "}'
+    )
+    (received,) = from_nats([message], relay=True)
+    headers = fields.read_application_headers(received.headers)
+    (send,) = [s for s in spans.get_finished_spans() if s.kind is SpanKind.PRODUCER]
+    assert headers.pop("traceparent").split("-")[2] == f"{send.context.span_id:016x}"
+    assert parent_of(send) == 0xB7AD6B7169203331
+    assert headers == {
+        "n": 1.1,
+        "big": 123456789012345678901234567890,
+        "baggage": "k=v",
+        "Tenant": " acme ",
+    }
+    assert received.headers["n"] == "1.10"  # the JSON text as stored, not re-encoded
+
+
+def test_headers_the_json_decoder_refuses_make_a_span_without_a_parent_not_a_crash() -> None:
+    """jsonb keeps 1e400; orjson refuses it: the call still runs, in a root span."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from poller.daemon.consumer_spans import SpanRecorder
+    from poller.daemon.handler_calls import Ending, HandlerCall
+
+    (message,) = made_messages(1)
+    message._headers_text = '{"huge": 1e400}'
+    recorder = SpanRecorder("s", TracerProvider())
+    started = recorder.call_started((message,))
+    call = HandlerCall((message,), (None,), (Ending.DELIVERED,), None, 0.0, 1.0, False)
+    recorder.call_ended(call, started)
+    assert started[0].parent is None

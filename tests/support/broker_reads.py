@@ -10,6 +10,7 @@ import aio_pika
 import nats
 import redis
 
+import outbox_relays
 from outbox_relays.kinds import open_target
 from poller.message import Message
 from tests.support import brokers
@@ -24,7 +25,20 @@ class Received:
     """AMQP's content_type property."""
 
 
-def published(url: str, messages: list[Message]) -> None:
+def published(url: str, messages: list[Message], *, relay: bool = False) -> None:
+    """By the URL's target, or (`relay`) through the relay, as the daemon calls it."""
+    if relay:
+        handler = outbox_relays.handler(url, declare=True)
+
+        async def through_the_relay() -> None:
+            try:
+                assert await handler(messages) == {}
+            finally:
+                await handler.close()
+
+        asyncio.run(through_the_relay())
+        return
+
     async def publish() -> None:
         target = open_target(url, declare=True)
         try:
@@ -35,7 +49,7 @@ def published(url: str, messages: list[Message]) -> None:
     asyncio.run(publish())
 
 
-def from_nats(messages: list[Message], query: str = "") -> list[Received]:
+def from_nats(messages: list[Message], query: str = "", *, relay: bool = False) -> list[Received]:
     brokers.require(brokers.NATS)
     subject = f"reads.{uuid.uuid4().hex[:8]}"
     stream = subject.replace(".", "_").upper()
@@ -45,7 +59,7 @@ def from_nats(messages: list[Message], query: str = "") -> list[Received]:
         connection = await nats.connect(f"nats://{brokers.NATS[1]}:{brokers.NATS[2]}")
         try:
             subscription = await connection.subscribe(subject)
-            await asyncio.to_thread(published, url, messages)
+            await asyncio.to_thread(published, url, messages, relay=relay)
             got = [await subscription.next_msg(timeout=10) for _ in messages]
             await connection.jetstream().delete_stream(stream)
             return [Received(dict(m.headers or {}), m.data) for m in got]
