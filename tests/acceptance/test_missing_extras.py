@@ -94,3 +94,9 @@ def test_a_handler_needing_a_module_is_not_told_to_install_an_extra(
         done.stderr,
         "handler 'cache_handler:handle': cannot import 'cache_handler': No module named 'redis'",
     )
+
+
+def test_the_demo_without_the_relays_extra_leaves_out_its_relay_round(database_url: str) -> None:
+    done = outbox_without(RELAYS, ["demo", "--writers", "1", "--transactions", "2"], database_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(the relays extra is not installed: the relay to JetStream is not shown)" in done.stdout
