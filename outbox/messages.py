@@ -160,8 +160,11 @@ def encode_message(
     max_payload_bytes: int,
     default: JsonDefault = json_default,
     field_prefix: str = "",
+    trace_headers: Mapping[str, str] | None = None,
 ) -> EncodedMessage:
-    """Validate and encode one message; `field_prefix` locates it inside a batch.
+    """Validate and encode one message; `field_prefix` locates it inside a batch;
+    `trace_headers` (the writer's trace context) join the headers, a header the caller gave
+    under the same name winning: the caller said so.
 
     Takes the fields rather than a NewMessage, so a single append builds no object to hold them.
     """
@@ -170,10 +173,12 @@ def encode_message(
         message_id = check_text(f"{field_prefix}message_id", message_id)
     if partition_key is not None:
         partition_key = check_text(f"{field_prefix}partition_key", partition_key)
-    if headers is None:
+    if headers is None and not trace_headers:
         encoded_headers = "{}"
-    elif isinstance(headers, Mapping):
-        encoded_headers = encode_json(f"{field_prefix}headers", dict(headers), default)
+    elif headers is None or isinstance(headers, Mapping):
+        given = dict(headers) if headers is not None else {}
+        merged = {**trace_headers, **given} if trace_headers else given
+        encoded_headers = encode_json(f"{field_prefix}headers", merged, default)
     else:
         raise InvalidMessageError(
             f"{field_prefix}headers", headers, "must be a mapping of names to JSON values"

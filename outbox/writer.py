@@ -21,6 +21,7 @@ from outbox.messages import (
 from outbox.names import NOTIFY_CHANNEL
 from outbox.queries import QUERIES
 from outbox.settings import writer_settings
+from outbox.trace_context import current_trace_headers
 
 Step = tuple[LiteralString, Mapping[str, Any]]
 Plan = Generator[Step, Rows, list[int]]
@@ -46,7 +47,9 @@ def append(
 
     A repeated `message_id` in the same publication writes nothing and returns the position of
     the message already there. `notify=True` wakes pollers at commit; leave it off for busy
-    writers, because NOTIFY takes a cluster-wide lock at commit.
+    writers, because NOTIFY takes a cluster-wide lock at commit. Inside an OpenTelemetry span
+    the headers also get the trace context (`traceparent`, ...; see outbox.trace_context),
+    unless `headers` already names those.
     """
     message = _encode_one(
         publication, message_type, data, message_id, partition_key, headers, default
@@ -121,6 +124,7 @@ def _encode_one(
         headers,
         max_payload_bytes=limit,
         default=default,
+        trace_headers=current_trace_headers(),
     )
 
 
@@ -129,6 +133,7 @@ def _encode_all(
 ) -> list[EncodedMessage]:
     check_name_once("publication", publication)
     limit = writer_settings().max_payload_bytes
+    trace_headers = current_trace_headers()  # one context for the whole batch
     return [
         encode_message(
             message.message_type,
@@ -139,6 +144,7 @@ def _encode_all(
             max_payload_bytes=limit,
             default=default,
             field_prefix=f"messages[{index}].",
+            trace_headers=trace_headers,
         )
         for index, message in enumerate(messages)
     ]

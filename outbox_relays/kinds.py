@@ -10,8 +10,9 @@ import importlib
 from outbox_relays.target import Target
 from outbox_relays.target_url import RelayUrlError, TargetUrl
 
-# Every target takes timeout= (seconds to wait for the broker's confirmation of one batch).
-_COMMON = frozenset({"timeout"})
+# Every target takes timeout= (seconds to wait for the broker's confirmation of one batch)
+# and format= (outbox, the default, or cloudevents: see cloud_events.py).
+_COMMON = frozenset({"timeout", "format"})
 
 
 @dataclasses.dataclass(frozen=True)

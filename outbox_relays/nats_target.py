@@ -1,8 +1,9 @@
 """Publish to NATS JetStream: `nats://[user:pass@]host:port?subject=TEMPLATE[&stream=NAME]`.
 
 Each message is one JetStream message on the subject its template renders: the body is the
-payload's JSON text, the headers are every field of `outbox_relays.fields.header_fields` (a value
-nats-py would fold or strip goes percent-encoded, named in outbox-encoded) plus
+payload's JSON text, the headers are every field of `outbox_relays.fields.header_fields`, the
+message's own headers each as a header of its own (a value nats-py would fold or strip goes
+percent-encoded, named in outbox-encoded; a name as fields.NATS_NAMES says) plus
 `Nats-Msg-Id`, `outbox_relays.fields.dedup_id`: the publication and the message id, exact. JetStream
 drops a message whose Msg-Id it has stored within the stream's duplicate window, so a batch
 the relay publishes again after a failure adds only what is not there yet.
@@ -28,7 +29,7 @@ from nats.aio.msg import Msg
 from nats.js.api import Header
 
 from outbox.positions import Position
-from outbox_relays import fields
+from outbox_relays import cloud_events, fields
 from outbox_relays.nats_streams import StreamKeeper
 from outbox_relays.target import BrokerUnavailable, Unsent, whole_or_each
 from outbox_relays.target_url import RelayUrlError, TargetUrl
@@ -70,6 +71,7 @@ class NatsTarget:
             )
         self._timeout = url.number("timeout", 10, 0.1, 600)
         self._generation = url.dedup_generation()
+        self._cloud_events = url.cloud_events()
         self._streams = StreamKeeper(
             self._stream, self._subject.text, self._address, declare=declare
         )
@@ -112,7 +114,12 @@ class NatsTarget:
         outgoing: list[_Prepared] = []
         for message in messages:
             subject = self._subject.render(message)
-            headers = fields.header_fields(message)
+            own = None
+            if self._cloud_events:
+                own = cloud_events.binary_headers(
+                    message, self._generation, percent_encoded=True, content_type=True
+                )
+            headers = fields.header_fields(message, fields.NATS_NAMES, own)
             headers["Nats-Msg-Id"] = fields.dedup_id(message, self._generation)
             body = fields.payload(message)
             problem = _subject_problem(subject) or _size_problem(headers, body, nc.max_payload)

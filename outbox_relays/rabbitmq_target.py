@@ -1,7 +1,9 @@
 """Publishes to a RabbitMQ exchange, with publisher confirms: `amqp://` and `amqps://` URLs.
 
 Each message goes to the exchange and routing key its templates render, persistent, with
-mandatory=True so an unroutable message comes back instead of being dropped. A batch is written
+mandatory=True so an unroutable message comes back instead of being dropped; its headers are
+the relay's fields and the message's own headers (`outbox_relays.fields`, names as AMQP_NAMES
+says; a header name over AMQP's 255 bytes parks the message). A batch is written
 in order on one channel and its confirms are awaited together; a message counts as published
 only once the broker confirmed it. Each message has its own answer: one nacked (a full queue
 with x-overflow=reject-publish) or returned is sent again later, what the broker confirmed
@@ -36,7 +38,7 @@ from aiormq.exceptions import ChannelAccessRefused
 
 from outbox.database_url import mask_password
 from outbox.positions import Position
-from outbox_relays import fields
+from outbox_relays import cloud_events, fields
 from outbox_relays.target import BrokerUnavailable, Unsent, whole_or_each
 from outbox_relays.target_url import RelayUrlError, TargetUrl
 from outbox_relays.templates import Template, TemplateError
@@ -89,6 +91,7 @@ class RabbitMqTarget:
         except TemplateError as error:
             raise RelayUrlError(f"--to {url.masked}: {error}") from None
         self._timeout = url.number("timeout", 10, 0.1, 600)
+        self._cloud_events = url.cloud_events()
         self._connection: aio_pika.abc.AbstractConnection | None = None
         self._channel: aio_pika.abc.AbstractChannel | None = None
         self._exchanges: dict[str, aio_pika.abc.AbstractExchange] = {}
@@ -110,7 +113,9 @@ class RabbitMqTarget:
             if reason is not None:
                 unsent[message.at] = reason
                 continue
-            pending.append((message, exchange, routing_key, _amqp_message(message)))
+            pending.append(
+                (message, exchange, routing_key, _amqp_message(message, self._cloud_events))
+            )
         try:
             async with asyncio.timeout(self._timeout):
                 while pending:
@@ -371,7 +376,14 @@ class RabbitMqTarget:
         return mask_password(text.replace(password, "***") if password else text)
 
 
-def _amqp_message(message: Message) -> aio_pika.Message:
+def _amqp_message(message: Message, cloud_event: bool) -> aio_pika.Message:
+    """format=cloudevents: binary mode as the CloudEvents SDK's RabbitMQ binding has it
+    (`ce-` headers as they are, the content_type property the data's)."""
+    own = (
+        cloud_events.binary_headers(message, percent_encoded=False, content_type=False)
+        if cloud_event
+        else fields.metadata(message)
+    )
     return aio_pika.Message(
         body=fields.payload(message),
         delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
@@ -379,8 +391,13 @@ def _amqp_message(message: Message) -> aio_pika.Message:
         type=message.message_type,
         timestamp=message.appended_at,
         content_type="application/json",
-        headers=dict(fields.metadata(message)),  # widened to aio-pika's header value type
+        # Widened to aio-pika's header value type.
+        headers={**own, **_application_headers(message)},
     )
+
+
+def _application_headers(message: Message) -> dict[str, str]:
+    return fields.application_headers(message, fields.AMQP_NAMES)
 
 
 def _overlong(message: Message, exchange: str, routing_key: str) -> str | None:
@@ -390,6 +407,7 @@ def _overlong(message: Message, exchange: str, routing_key: str) -> str | None:
         ("routing key", routing_key),
         ("message_id", fields.message_id(message)),
         ("type", message.message_type),
+        *(("header name", name) for name in _application_headers(message)),
     ):
         if len(value.encode()) > _SHORT_STRING:
             return f"RabbitMQ: the {what} {value[:40]!r}... is over {_SHORT_STRING} bytes"

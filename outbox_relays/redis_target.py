@@ -2,8 +2,9 @@
 
 Each message becomes one stream entry: the field `data` holds the payload's JSON text, then
 every field of `outbox_relays.fields.metadata` follows under its own name (outbox-message-id,
-outbox-message-type, outbox-publication, outbox-position, outbox-appended-at, outbox-headers,
-and outbox-partition-key when the message has a key).
+outbox-message-type, outbox-publication, outbox-position, outbox-appended-at, and
+outbox-partition-key when the message has a key), then the message's own headers, each a
+field of its own (`outbox_relays.fields.application_headers`, named as REDIS_NAMES says).
 
 Redis streams have no de-duplication of their own, so one Lua script does it in the same
 atomic step as the add: per message, `SET <stream>:outbox-published:<dedup id> 1 NX PX
@@ -31,7 +32,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 
 from outbox.positions import Position
-from outbox_relays import fields, redis_checks
+from outbox_relays import cloud_events, fields, redis_checks
 from outbox_relays.target import BrokerUnavailable, Unsent, whole_or_each
 from outbox_relays.target_url import RelayUrlError, TargetUrl
 from outbox_relays.templates import Template, TemplateError
@@ -110,6 +111,7 @@ class RedisTarget:
         # 0 (no trimming) only when absent
         self._maxlen = str(url.whole_number("maxlen", 0, 1, 2**63 - 1))
         self._generation = url.dedup_generation()
+        self._cloud_events = url.cloud_events()
         self._timeout = url.number("timeout", 10, 0.1, 600)
         self.connection_name = f"outbox-relay-{uuid.uuid4().hex[:12]}"
         """The connection's name in Redis' CLIENT LIST."""
@@ -128,8 +130,14 @@ class RedisTarget:
             stream = self._stream.render(message)
             marker = f"{stream}:outbox-published:{fields.dedup_id(message, self._generation)}"
             keys += (stream, marker)
-            items = ["data", message.data_text]
-            for field, value in fields.metadata(message).items():
+            if self._cloud_events:  # structured mode: the event in the JSON format
+                event = cloud_events.structured(message, self._generation)
+                items = ["data", event, "content-type", cloud_events.STRUCTURED_CONTENT_TYPE]
+            else:
+                items = ["data", message.data_text]
+                for field, value in fields.metadata(message).items():
+                    items += (field, value)
+            for field, value in fields.application_headers(message, fields.REDIS_NAMES).items():
                 items += (field, value)
             args.append(str(len(items)))
             args += items

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from outbox.positions import Position
 from outbox_relays.relay_metrics import RelayMetrics
 from outbox_relays.target import BrokerUnavailable, Target, Unsent
+from outbox_relays.tracing import publish_spans
 from poller import BatchOutcomes, Message, batch_handler, call_deadline
 from poller.outcomes import DestinationUnavailable, ParkMessage
 
@@ -50,9 +51,22 @@ class Relay:
         # target, and its lazy (re)connect is not made for concurrent callers.
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Task[None]] = set()
+        self._spans = publish_spans(target)
         batch_handler(max_batch_size=DEFAULT_BATCH_SIZE)(self)
 
     async def __call__(self, messages: list[Message]) -> BatchOutcomes:
+        if self._spans is None:
+            return await self._publish(messages)
+        outgoing, spans = self._spans.started(messages)
+        try:
+            outcomes = await self._publish(outgoing)
+        except BaseException as error:
+            self._spans.ended(outgoing, spans, None, str(error) or type(error).__name__)
+            raise
+        self._spans.ended(outgoing, spans, outcomes)
+        return outcomes
+
+    async def _publish(self, messages: list[Message]) -> BatchOutcomes:
         left = _time_left(call_deadline())
         locked = False
         started = time.perf_counter()

@@ -99,6 +99,19 @@ class TargetUrl:
             raise RelayUrlError(f"--to {self.masked}: {name}={value:g} must be a whole number")
         return int(value)
 
+    def choice(self, name: str, choices: tuple[str, ...]) -> str:
+        """A parameter that is one of `choices`, or the first of them when absent."""
+        value = self.parameters.get(name, choices[0])
+        if value not in choices:
+            raise RelayUrlError(
+                f"--to {self.masked}: {name}={value!r} must be {' or '.join(choices)}"
+            )
+        return value
+
+    def cloud_events(self) -> bool:
+        """format=cloudevents (else format=outbox, the default)."""
+        return self.choice("format", ("outbox", "cloudevents")) == "cloudevents"
+
     def dedup_generation(self) -> int:
         """dedup_generation=N (default 0): part of every de-duplication id, so an operator
         who rebuilds a stream bumps it and the ids published before count as new."""

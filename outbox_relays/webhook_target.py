@@ -13,9 +13,10 @@ user and password in the URL are sent as HTTP basic authentication.
 A message's body is the JSON object {"message_id", "message_type", "publication",
 "partition_key" (null when keyless), "position" ("TX:POS"), "appended_at" (ISO 8601),
 "headers", "data"}; Content-Type is application/json. With mode=message the fields of
-`outbox_relays.fields.header_fields` go as headers too (outbox-message-id and the rest, UTF-8; a
-value HTTP cannot carry, with a line break or white space at an end, percent-encoded and
-named in outbox-encoded).
+`outbox_relays.fields.header_fields` go as headers too (outbox-message-id and the rest, and the
+message's own headers each as an HTTP header, UTF-8; a value HTTP cannot carry, with a line
+break or white space at an end, percent-encoded and named in outbox-encoded; a name as
+fields.HTTP_NAMES says).
 
 With secret_env= every POST is signed: `Outbox-Timestamp` is the Unix time in whole seconds,
 and `Outbox-Signature` is `sha256=` followed by the hex HMAC-SHA256, keyed with the secret's
@@ -55,7 +56,7 @@ import httpx
 import orjson
 
 from outbox.positions import Position
-from outbox_relays import fields, webhook_answers
+from outbox_relays import cloud_events, fields, webhook_answers
 from outbox_relays.target import BrokerUnavailable, Unsent, whole_or_each
 from outbox_relays.target_url import RelayUrlError, TargetUrl
 from poller.message import Message
@@ -85,6 +86,12 @@ class WebhookTarget:
         self._max_bytes = url.whole_number("max_bytes", 0, 64, 2**40)
         if self._mode != "batch" and (self._max_messages or self._max_bytes):
             raise RelayUrlError(f"--to {url.masked}: max_messages= and max_bytes= need mode=batch")
+        self._cloud_events = url.cloud_events()
+        if self._cloud_events and self._mode == "batch":
+            raise RelayUrlError(
+                f"--to {url.masked}: format=cloudevents takes mode=message (binary mode: one"
+                " event per POST, the message's own headers as HTTP headers)"
+            )
         self._client: httpx.AsyncClient | None = None
         self._not_before = 0.0
         """time.monotonic() before which nothing is POSTed (a Retry-After)."""
@@ -110,6 +117,8 @@ class WebhookTarget:
         return whole_or_each(messages, unsent)
 
     def _each(self, messages: Sequence[Message]) -> list[list[tuple[Message, bytes]]]:
+        if self._cloud_events:  # binary mode: the body is the event's data
+            return [[(message, fields.payload(message))] for message in messages]
         return [[(message, orjson.dumps(_body(message)))] for message in messages]
 
     def _batches(
@@ -143,9 +152,12 @@ class WebhookTarget:
         """POST one message (mode=message) or one array; halve an array on HTTP 413."""
         if self._mode == "message":
             message, body = group[0]
+            own = None
+            if self._cloud_events:
+                own = cloud_events.binary_headers(message, percent_encoded=True, content_type=False)
             headers = {
                 field.encode(): value.encode()
-                for field, value in fields.header_fields(message).items()
+                for field, value in fields.header_fields(message, fields.HTTP_NAMES, own).items()
             }
             if (refusal := await self._post(body, headers)) is not None:
                 unsent[message.at] = refusal

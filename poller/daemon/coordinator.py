@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ import psycopg
 
 from poller.daemon.failure_log import FailureLog
 from poller.daemon.handler_caller import HandlerCaller
+from poller.daemon.handler_calls import CallObserver
 from poller.daemon.handlers import Handler
 from poller.daemon.log_context import SUBSCRIPTION
 from poller.daemon.metrics import SubscriptionMetrics
@@ -57,6 +59,7 @@ class SubscriptionCoordinator:
         options: DaemonOptions,
         notifications: NotifyListener,
         metrics: SubscriptionMetrics,
+        observers: Sequence[CallObserver] = (),
     ) -> None:
         self._url = database_url
         self._subscription_id = subscription_id
@@ -65,8 +68,9 @@ class SubscriptionCoordinator:
         self._notifications = notifications
         self._metrics = metrics
         self._member = new_holder_id()
-        # One log budget for the subscription's handler failures, whichever shard they are of.
-        self._failures = FailureLog(subscription_id)
+        # One log budget for the subscription's handler failures, whichever shard they are of;
+        # it and the other observers (metrics, spans) see every shard's calls.
+        self._observers = [FailureLog(subscription_id), *observers]
         self._shards: dict[ShardUnit, _Shard] = {}
         # Shards whose worker ended by itself (a fatal error, or the shard left the layout):
         # not started again until the layout changes.
@@ -166,7 +170,7 @@ class SubscriptionCoordinator:
     def _start(self, unit: ShardUnit, stop: asyncio.Event) -> None:
         # A caller (and thread pool) per shard: a shard's restart waits for its own handlers
         # to be quiet, never for another shard's, which never are under load.
-        caller = HandlerCaller(self._handler, self._options.handler_threads, self._failures)
+        caller = HandlerCaller(self._handler, self._options.handler_threads, self._observers)
         worker = SubscriptionWorker(
             self._url,
             self._subscription_id,

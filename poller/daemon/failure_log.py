@@ -10,6 +10,9 @@ storm, every message failing at once, would write a traceback per message: at mo
 written says how many were left out. What a handler raises to choose its outcome
 (`DestinationUnavailable`, `RetryMessage`, `ParkMessage`, `SkipMessage`) is not a failure
 here: a relay's broker outage must not write a traceback per retry.
+
+It observes handler calls at the one tap (handler_calls.py): told only of calls the handler
+failed, as classified there.
 """
 
 import logging
@@ -17,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from poller.daemon.runs import HANDLER_REQUESTS
+from poller.daemon.handler_calls import CallObserver, Ending, HandlerCall
 from poller.message import Message
 
 log = logging.getLogger(__name__)
@@ -49,7 +52,7 @@ class LogBudget:
         return left_out
 
 
-class FailureLog:
+class FailureLog(CallObserver):
     """One subscription's handler failures; called from handler threads and the loop."""
 
     def __init__(
@@ -63,13 +66,22 @@ class FailureLog:
         self._clock = clock
         self._lock = threading.Lock()
 
+    def call_failed(self, call: HandlerCall) -> None:
+        """A batch call that raised is one failure of its messages; a batch return's
+        failures are each their message's."""
+        if call.raised is not None and len(call.messages) > 1:
+            first = any(message.delivery_attempt == 1 for message in call.messages)
+            self.failed(call.messages, call.raised, first)
+            return
+        for message, error, ending in zip(call.messages, call.errors, call.endings, strict=True):
+            if ending is Ending.FAILED and error is not None:
+                self.failed(message, error, message.delivery_attempt == 1)
+
     def failed(
         self, subject: Message | Sequence[Message], error: BaseException, first: bool
     ) -> None:
         """`subject` (a message, or a batch handler's messages) failed with `error`; `first`:
         on the first attempt of (one of) them."""
-        if isinstance(error, HANDLER_REQUESTS):
-            return
         ordinary = isinstance(error, Exception)
         if ordinary and not first:
             log.debug("handler failed again on %s", _named(subject), exc_info=error)

@@ -10,12 +10,13 @@ import logging
 import threading
 import time
 from asyncio import FIRST_COMPLETED
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from poller.batch_handlers import BatchOptions, batch_failures, batch_options
 from poller.daemon.failure_log import FailureLog
+from poller.daemon.handler_calls import CallObserver, CallTap, HandlerCall, ending_of
 from poller.daemon.handlers import Handler, is_async
 from poller.daemon.pacing import Turns
 from poller.daemon.runs import MayStart, Run, outcome_of
@@ -30,11 +31,14 @@ log = logging.getLogger(__name__)
 
 class HandlerCaller:
     """Runs a subscription's handler over runs of deliveries, so a blocking handler never
-    stalls reading, leases or checkpoints."""
+    stalls reading, leases or checkpoints; each call's ending is classified once and told
+    to the observers (handler_calls.py: the failure log, metrics, spans)."""
 
-    def __init__(self, handler: Handler, threads: int, failures: FailureLog | None = None) -> None:
+    def __init__(
+        self, handler: Handler, threads: int, observers: Sequence[CallObserver] | None = None
+    ) -> None:
         self._handler = handler
-        self._failures = failures or FailureLog()
+        self._tap = CallTap(observers if observers is not None else [FailureLog()])
         self.batch: BatchOptions | None = batch_options(handler)
         self._pool = None if is_async(handler) else ThreadPoolExecutor(threads, "outbox-handler")
         # Runs on threads outlive a cancelled term; a new term waits for them so a key is
@@ -65,17 +69,24 @@ class HandlerCaller:
 
     async def _run_async(self, run: Run, may_start: MayStart) -> None:
         handler = self._handler
+        tap = self._tap
         while (command := run.claim(may_start)) is not None:
             message = delivered_message(command)
+            timing = run.timing()
+            started = tap.started((message,)) if tap.watching else None
             try:
-                with calling_until(run.deadline()):
+                with calling_until(timing[1]):
                     await handler(message)
             except BaseException as error:  # the handler's failure is data, whatever it is
                 if _cancelled_from_outside(error):
+                    self._ended(command, message, error, timing, started, cancelled=True)
                     raise
-                outcome = self._failed(command, message, error)
+                outcome = self._ended(command, message, error, timing, started)
             else:
-                outcome = Outcome(command.delivery_id, _ACKED, "", time.monotonic())
+                if started is None:  # the usual case, told to nobody
+                    outcome = Outcome(command.delivery_id, _ACKED, "", time.monotonic())
+                else:
+                    outcome = self._ended(command, message, None, timing, started)
             if not run.ended(outcome):
                 return
 
@@ -84,15 +95,18 @@ class HandlerCaller:
         if not commands:
             return
         messages = [delivered_message(command) for command in commands]
+        timing = run.timing()
+        started = self._tap.started(messages) if self._tap.watching else None
         try:
-            with calling_until(run.deadline()):
+            with calling_until(timing[1]):
                 result = await self._handler(messages)
         except BaseException as error:
             if _cancelled_from_outside(error):
+                self._batch_ended(commands, messages, error, None, timing, started, True)
                 raise
-            run.ended_batch(self._batch_failed(commands, messages, error))
+            run.ended_batch(self._batch_ended(commands, messages, error, None, timing, started))
         else:
-            run.ended_batch(self._batch_returned(commands, messages, result))
+            run.ended_batch(self._batch_ended(commands, messages, None, result, timing, started))
 
     def _on_thread(self, loop: asyncio.AbstractEventLoop, run: Run, may_start: MayStart) -> None:
         thread = threading.get_ident()
@@ -112,17 +126,23 @@ class HandlerCaller:
 
     def _run_sync(self, loop: asyncio.AbstractEventLoop, run: Run, may_start: MayStart) -> None:
         handler = self._handler
+        tap = self._tap
         while (command := run.claim(may_start)) is not None:
             message = delivered_message(command)
+            timing = run.timing()
+            started = tap.started((message,)) if tap.watching else None
             try:
-                with calling_until(run.deadline()):
+                with calling_until(timing[1]):
                     result = handler(message)
                     if inspect.isawaitable(result):  # a plain def that returns an awaitable
                         _await_on(loop, result)
             except BaseException as error:  # the handler's failure is data, whatever it is
-                outcome = self._failed(command, message, error)
+                outcome = self._ended(command, message, error, timing, started)
             else:
-                outcome = Outcome(command.delivery_id, _ACKED, "", time.monotonic())
+                if started is None:  # the usual case, told to nobody
+                    outcome = Outcome(command.delivery_id, _ACKED, "", time.monotonic())
+                else:
+                    outcome = self._ended(command, message, None, timing, started)
             if not run.ended(outcome):
                 return
 
@@ -133,33 +153,61 @@ class HandlerCaller:
         if not commands:
             return
         messages = [delivered_message(command) for command in commands]
+        timing = run.timing()
+        started = self._tap.started(messages) if self._tap.watching else None
         try:
-            with calling_until(run.deadline()):
+            with calling_until(timing[1]):
                 result = self._handler(messages)
                 if inspect.isawaitable(result):
                     result = _await_on(loop, result)
         except BaseException as error:
-            run.ended_batch(self._batch_failed(commands, messages, error))
+            run.ended_batch(self._batch_ended(commands, messages, error, None, timing, started))
         else:
-            run.ended_batch(self._batch_returned(commands, messages, result))
+            run.ended_batch(self._batch_ended(commands, messages, None, result, timing, started))
 
-    def _failed(self, command: Deliver, message: Message, error: BaseException) -> Outcome:
-        ended_at = time.monotonic()  # before the log line, which is not the handler's time
-        self._failures.failed(message, error, first=command.attempt == 1)
-        return outcome_of(command.delivery_id, error, ended_at)
+    def _ended(
+        self,
+        command: Deliver,
+        message: Message,
+        error: BaseException | None,
+        timing: tuple[float, float],
+        started: list[Any] | None,
+        cancelled: bool = False,
+    ) -> Outcome:
+        """One message's call ended: its outcome for the machine, told to the observers."""
+        ended_at = time.monotonic()  # before the observers, whose time is not the handler's
+        ending = ending_of(error)
+        call = HandlerCall(
+            (message,), (error,), (ending,), error, timing[0], ended_at, ended_at >= timing[1]
+        )
+        self._tap.ended(call, started, failures=not cancelled)
+        return outcome_of(command.delivery_id, error, ended_at, ending)
 
-    def _batch_failed(
-        self, commands: list[Deliver], messages: list[Message], error: BaseException
+    def _batch_ended(
+        self,
+        commands: list[Deliver],
+        messages: list[Message],
+        error: BaseException | None,
+        result: object,
+        timing: tuple[float, float],
+        started: list[Any] | None,
+        cancelled: bool = False,
     ) -> list[Outcome]:
+        """A batch call raised `error` or returned `result`: each message's outcome (a
+        malformed return fails them all, read by `batch_failures`), told to the observers."""
         ended_at = time.monotonic()
-        first = any(command.attempt == 1 for command in commands)
-        self._failures.failed(messages, error, first=first)
-        return [outcome_of(command.delivery_id, error, ended_at) for command in commands]
-
-    def _batch_returned(
-        self, commands: list[Deliver], messages: list[Message], result: object
-    ) -> list[Outcome]:
-        return batch_outcomes(commands, messages, result, time.monotonic(), self._failures)
+        if error is None and result is None and started is None:  # the usual case
+            return [Outcome(command.delivery_id, _ACKED, "", ended_at) for command in commands]
+        errors = [error] * len(messages) if error is not None else batch_failures(messages, result)
+        endings = [ending_of(failure) for failure in errors]
+        call = HandlerCall(
+            messages, errors, endings, error, timing[0], ended_at, ended_at >= timing[1]
+        )
+        self._tap.ended(call, started, failures=not cancelled)
+        return [
+            outcome_of(command.delivery_id, failure, ended_at, ending)
+            for command, failure, ending in zip(commands, errors, endings, strict=True)
+        ]
 
     def running(self) -> list[Message]:
         """The messages whose handlers run on a thread right now."""
@@ -192,26 +240,6 @@ class HandlerCaller:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def batch_outcomes(
-    commands: list[Deliver],
-    messages: list[Message],
-    result: object,
-    ended_at: float,
-    failure_log: FailureLog,
-) -> list[Outcome]:
-    """A batch handler's return: None (all done) or a mapping of positions to exceptions."""
-    if result is None:  # the common case, without a list of Nones
-        return [Outcome(command.delivery_id, _ACKED, "", ended_at) for command in commands]
-    failures = batch_failures(messages, result)
-    for command, message, failure in zip(commands, messages, failures, strict=True):
-        if failure is not None:
-            failure_log.failed(message, failure, first=command.attempt == 1)
-    return [
-        outcome_of(command.delivery_id, failure, ended_at)
-        for command, failure in zip(commands, failures, strict=True)
-    ]
 
 
 def _cancelled_from_outside(error: BaseException) -> bool:

@@ -3,32 +3,30 @@
 One registry per `run_daemon` call, never prometheus_client's global one, so two daemons in
 one process (tests, an application embedding two) never share or collide on a series.
 
-Outcomes are tallied where they are known: a handler's return or exception (the wrapper
-`SubscriptionMetrics.observed`, outside the delivery path's own code) and a durable park (the
-leadership term calls `parked()`). Everything is turned into Prometheus families only when
-Prometheus scrapes (`metrics_collector.py`); figures that describe state (in flight, buffered,
-lag) are not kept at all, but read then.
+Outcomes are tallied where they are known: a handler call's ending, as the handler caller
+classified it (`SubscriptionMetrics` observes calls at the one tap, handler_calls.py, when a
+metrics port is given), and a durable park (the leadership term calls `parked()`).
+Everything is turned into Prometheus families only when Prometheus scrapes
+(`metrics_collector.py`); figures that describe state (in flight, buffered, lag) are not kept
+at all, but read then.
 """
 
 import asyncio
 import bisect
 import concurrent.futures
 import dataclasses
-import inspect
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from poller.batch_handlers import batch_failures, batch_handler, batch_options
-from poller.daemon.handlers import Handler, is_async
+from poller.daemon.handler_calls import CallObserver, Ending, HandlerCall
 from poller.daemon.options import DaemonOptions
 from poller.membership import ShardUnit
 from poller.message import Message
-from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.subscription import SubscriptionSettings
 
 T = TypeVar("T")
@@ -40,10 +38,10 @@ HANDLER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 LOOP_ANSWER_TIMEOUT = 0.5
 
 # The outcome label of outbox_handler_duration_seconds; the collector's counters add them up.
-DELIVERED, FAILED, TIMED_OUT = "delivered", "failed", "timed_out"
-RETRY_REQUESTED, PARK_REQUESTED, SKIPPED = "retry_requested", "park_requested", "skipped"
-UNAVAILABLE = "destination_unavailable"
-OUTCOMES = (DELIVERED, FAILED, TIMED_OUT, RETRY_REQUESTED, PARK_REQUESTED, SKIPPED, UNAVAILABLE)
+# Each ending's label is its value; TIMED_OUT is the machine's verdict on a call, whatever
+# it returned.
+TIMED_OUT = "timed_out"
+OUTCOMES = (*(ending.value for ending in Ending), TIMED_OUT)
 
 
 class TermView(Protocol):
@@ -141,7 +139,7 @@ class TallySnapshot:
         return sum(sum(self.buckets[outcome]) for outcome in outcomes)
 
 
-class SubscriptionMetrics:
+class SubscriptionMetrics(CallObserver):
     """One subscription's instruments and state; the one object the daemon's hooks call."""
 
     def __init__(self, subscription: str) -> None:
@@ -150,7 +148,6 @@ class SubscriptionMetrics:
         # The running leadership terms', one per shard this process leads; none on standby.
         self._views: list[TermView] = []
         self.last_database_answer: float | None = None  # time.monotonic()
-        self._message_timeout = float("inf")
         # Leadership terms this process started, by shard (`SHARD/COUNT`); on the loop only.
         self.terms_started: Counter[str] = Counter()
 
@@ -160,8 +157,6 @@ class SubscriptionMetrics:
         """A leadership term of `shard` began; `view` describes it until `standing_by(view)`."""
         self._views.append(view)
         self.terms_started[str(shard)] += 1
-        # Read here, on the loop: handler threads compare durations with it.
-        self._message_timeout = view.settings.message_timeout
 
     def standing_by(self, view: TermView) -> None:
         self._views.remove(view)
@@ -180,132 +175,24 @@ class SubscriptionMetrics:
     def parked(self) -> None:
         self.tally.parked()
 
-    def observed(self, handler: Handler) -> Handler:
-        """`handler`, timed and counted; async if it is (HandlerCaller runs it on the loop
-        then, and on a thread otherwise, by the same test), and a batch handler if it is."""
-        options = batch_options(handler)
-        if options is not None:
-            mark = batch_handler(
-                max_batch_size=options.max_batch_size, max_batch_wait=options.max_batch_wait
-            )
-            return mark(self._observed_batch(handler))
-        if is_async(handler):
+    # Observing handler calls (handler_calls.py) ------------------------------------------
 
-            async def observed_async(message: Message) -> Any:
-                return await self._timed(message, handler(message))
-
-            return observed_async
-
-        def observed_sync(message: Message) -> Any:
-            started = self._start(message)
-            try:
-                result = handler(message)
-            except BaseException as error:
-                self._ended(started, error)
-                raise
-            if inspect.isawaitable(result):  # a plain def that returns an awaitable
-                return self._timed_from(started, result)
-            self._ended(started, None)
-            return result
-
-        return observed_sync
-
-    def _observed_batch(self, handler: Handler) -> Callable[[list[Message]], Any]:
-        """A batch call counts as one call per message, each lasting the whole call."""
-        if is_async(handler):
-
-            async def observed_async_batch(messages: list[Message]) -> Any:
-                return await self._timed_batch(
-                    self._start_batch(messages), messages, handler(messages)
-                )
-
-            return observed_async_batch
-
-        def observed_batch(messages: list[Message]) -> Any:
-            started = self._start_batch(messages)
-            try:
-                result = handler(messages)
-            except BaseException as error:
-                self._batch_ended(started, messages, error, None)
-                raise
-            if inspect.isawaitable(result):  # a plain def that returns an awaitable
-                return self._timed_batch(started, messages, result)
-            self._batch_ended(started, messages, None, result)
-            return result
-
-        return observed_batch
-
-    # Timing -------------------------------------------------------------------------------
-
-    def _start(self, message: Message) -> float:
+    def call_started(self, messages: Sequence[Message]) -> None:
         # Replays count their attempts afresh, so a replay's first call is no retry.
-        if message.delivery_attempt > 1:
-            self.tally.retry_started()
-        return time.monotonic()
-
-    async def _timed(self, message: Message, result: Awaitable[T]) -> T:
-        return await self._timed_from(self._start(message), result)
-
-    async def _timed_from(self, started: float, result: Awaitable[T]) -> T:
-        try:
-            value = await result
-        except BaseException as error:
-            self._ended(started, error)
-            raise
-        self._ended(started, None)
-        return value
-
-    def _start_batch(self, messages: list[Message]) -> float:
         for message in messages:
-            self._start(message)
-        return time.monotonic()
+            if message.delivery_attempt > 1:
+                self.tally.retry_started()
 
-    async def _timed_batch(
-        self, started: float, messages: list[Message], result: Awaitable[T]
-    ) -> T:
-        try:
-            value = await result
-        except BaseException as error:
-            self._batch_ended(started, messages, error, None)
-            raise
-        self._batch_ended(started, messages, None, value)
-        return value
-
-    def _batch_ended(
-        self,
-        started: float,
-        messages: list[Message],
-        error: BaseException | None,
-        result: object,
-    ) -> None:
-        duration = time.monotonic() - started
-        timed_out = duration >= self._message_timeout * len(messages)  # per message, as timed
-        failures = [error] * len(messages) if error else batch_failures(messages, result)
-        for failure in failures:
-            self.tally.call_ended(_outcome(failure, timed_out=timed_out), duration)
-
-    def _ended(self, started: float, error: BaseException | None) -> None:
-        duration = time.monotonic() - started
-        self.tally.call_ended(
-            _outcome(error, timed_out=duration >= self._message_timeout), duration
-        )
-
-
-def _outcome(error: BaseException | None, *, timed_out: bool) -> str:
-    # Past message_timeout the machine has already failed the call, whatever it returned.
-    if timed_out:
-        return TIMED_OUT
-    if error is None:
-        return DELIVERED
-    if isinstance(error, RetryMessage):
-        return RETRY_REQUESTED
-    if isinstance(error, ParkMessage):
-        return PARK_REQUESTED
-    if isinstance(error, SkipMessage):
-        return SKIPPED
-    if isinstance(error, DestinationUnavailable):
-        return UNAVAILABLE
-    return FAILED
+    def call_ended(self, call: HandlerCall, started: object) -> None:  # noqa: ARG002
+        """A batch call counts as one call per message, each lasting the whole call; past its
+        deadline it is timed out, as the machine decided, whatever it returned."""
+        duration = call.duration
+        if call.timed_out:
+            for _ in call.messages:
+                self.tally.call_ended(TIMED_OUT, duration)
+            return
+        for ending in call.endings:
+            self.tally.call_ended(ending.value, duration)
 
 
 class DaemonMetrics:

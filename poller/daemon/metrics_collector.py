@@ -23,15 +23,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from poller.daemon.handler_calls import Ending
 from poller.daemon.metrics import (
-    DELIVERED,
-    FAILED,
     HANDLER_BUCKETS,
     LOOP_ANSWER_TIMEOUT,
     OUTCOMES,
-    SKIPPED,
     TIMED_OUT,
-    UNAVAILABLE,
     DaemonMetrics,
 )
 from poller.store.metrics_store import (
@@ -66,12 +63,12 @@ class StateCollector(Collector):
 
     def _handler_figures(self) -> Iterator[Metric]:
         counters = {
-            (DELIVERED,): counter("delivered", "Handler calls that returned."),
-            (FAILED, TIMED_OUT): counter(
+            (Ending.DELIVERED.value,): counter("delivered", "Handler calls that returned."),
+            (Ending.FAILED.value, TIMED_OUT): counter(
                 "failed", "Handler calls that raised an error or ran past message_timeout."
             ),
-            (SKIPPED,): counter("skipped", "Handler calls that raised SkipMessage."),
-            (UNAVAILABLE,): counter(
+            (Ending.SKIPPED.value,): counter("skipped", "Handler calls that raised SkipMessage."),
+            (Ending.UNAVAILABLE.value,): counter(
                 "destination_unavailable",
                 "Handler calls whose destination could not take the message (not an attempt).",
             ),

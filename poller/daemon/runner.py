@@ -19,7 +19,9 @@ from typing import Any
 
 from prometheus_client.registry import Collector
 
+from poller.daemon import tracing
 from poller.daemon.coordinator import SubscriptionCoordinator
+from poller.daemon.handler_calls import CallObserver
 from poller.daemon.handlers import Handler, check_signature
 from poller.daemon.metrics import DaemonMetrics
 from poller.daemon.metrics_server import MetricsServer
@@ -76,10 +78,11 @@ async def run_daemon(
         SubscriptionCoordinator(
             database_url,
             name,
-            handler if server is None else metrics[name].observed(handler),
+            handler,
             options,
             notifications,
             metrics[name],
+            _observers(name, metrics if server is not None else None),
         )
         for name in subscriptions
     ]
@@ -102,6 +105,16 @@ async def run_daemon(
     unfinished = {m.at: m for coordinator in coordinators for m in coordinator.running()}
     log.info("poller stopped")
     return list(unfinished.values())
+
+
+def _observers(subscription: str, metrics: DaemonMetrics | None) -> list[CallObserver]:
+    """Who sees the subscription's handler calls besides its failure log: its metrics when
+    they are served, and a span per call when this process traces (tracing.py)."""
+    observers: list[CallObserver] = [] if metrics is None else [metrics[subscription]]
+    spans = tracing.span_recorder(subscription)
+    if spans is not None:
+        observers.append(spans)
+    return observers
 
 
 async def _until_done_or_overdue(

@@ -10,8 +10,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from poller.daemon.handler_calls import Ending, ending_of
 from poller.daemon.handlers import HandlerExited
-from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
+from poller.outcomes import DestinationUnavailable, ParkMessage
 from poller.printable import error_text, failure_text, safe_repr
 from poller.subscription import Deliver, Outcome, OutcomeKind
 
@@ -19,6 +20,7 @@ MayStart = Callable[[Deliver], bool]
 
 _ACKED = OutcomeKind.ACKED
 _FAILED = OutcomeKind.FAILED
+_UNAVAILABLE = OutcomeKind.UNAVAILABLE
 
 
 class Run:
@@ -83,11 +85,13 @@ class Run:
             self.current = (claimed, time.monotonic())
         return claimed
 
-    def deadline(self) -> float | None:
-        """When the machine may fail the call running now: its claim plus n x message_timeout
-        (the machine times from a later tick, so never earlier than this); None if none runs."""
+    def timing(self) -> tuple[float, float]:
+        """The call `claim` or `claim_all` just returned (on the thread that claimed it): when
+        it was claimed, and when the machine may fail it, its claim plus n x message_timeout
+        (the machine times from a later tick, so never earlier than this)."""
         current = self.current
-        return None if current is None else current[1] + self._timeout * len(current[0])
+        assert current is not None, "timing() is asked right after a claim"
+        return current[1], _deadline(current, self._timeout)
 
     def ended(self, outcome: Outcome) -> bool:
         """Record the outcome of the delivery `claim` returned last (stamped with the time its
@@ -113,7 +117,7 @@ class Run:
         if current is None:
             return False
         ended = time.monotonic() if ended_at is None else ended_at
-        return ended - current[1] >= self._timeout * len(current[0])
+        return ended >= _deadline(current, self._timeout)
 
     def crashed(self, error: BaseException) -> list[Outcome]:
         """Not a handler failing (that is an outcome): the code around it raised. The
@@ -160,31 +164,36 @@ class Run:
         return taken
 
 
-HANDLER_REQUESTS = (DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage)
-"""Exceptions a handler raises to choose its message's outcome, not because it failed."""
-
-
-def outcome_of(delivery_id: int, error: BaseException | None, ended_at: float) -> Outcome:
-    """A handler's return (None) or exception, as the machine takes it; never raises,
-    whatever the exception's own methods do. Any exception is one failed attempt:
-    `KeyboardInterrupt` and other `BaseException`s too, never the end of the daemon. A
-    failure's text ends with where it was raised (the parked row's last_error keeps it)."""
-    if error is None or isinstance(error, SkipMessage):
+def outcome_of(
+    delivery_id: int, error: BaseException | None, ended_at: float, ending: Ending | None = None
+) -> Outcome:
+    """A handler's return (None) or exception, as the machine takes it (`ending`: the
+    `ending_of(error)` the caller has already read); never raises, whatever the exception's
+    own methods do. Any exception is one failed attempt: `KeyboardInterrupt` and other
+    `BaseException`s too, never the end of the daemon. A failure's text ends with where it
+    was raised (the parked row's last_error keeps it)."""
+    if ending is None:
+        ending = ending_of(error)
+    if ending is Ending.DELIVERED or ending is Ending.SKIPPED:
         return Outcome(delivery_id, _ACKED, "", ended_at)
-    if isinstance(error, ParkMessage):
-        reason = error.reason if isinstance(error.reason, str) else safe_repr(error.reason)
-        return Outcome(delivery_id, OutcomeKind.PARK_REQUESTED, reason, ended_at)
-    if isinstance(error, RetryMessage):
+    if ending is Ending.RETRY_REQUESTED:
         return Outcome(delivery_id, _FAILED, "retry requested by the handler", ended_at)
-    if isinstance(error, DestinationUnavailable):
+    if isinstance(error, ParkMessage | DestinationUnavailable):
         reason = error.reason if isinstance(error.reason, str) else safe_repr(error.reason)
-        return Outcome(delivery_id, OutcomeKind.UNAVAILABLE, reason, ended_at)
+        kind = OutcomeKind.PARK_REQUESTED if ending is Ending.PARK_REQUESTED else _UNAVAILABLE
+        return Outcome(delivery_id, kind, reason, ended_at)
+    assert error is not None  # only None is DELIVERED
     if isinstance(error, SystemExit):
         error = HandlerExited(error.code).with_traceback(error.__traceback__)
     elif not isinstance(error, Exception):
         text = f"the handler raised {error_text(error)}"
         return Outcome(delivery_id, _FAILED, failure_text(error, text), ended_at)
     return Outcome(delivery_id, _FAILED, failure_text(error), ended_at)
+
+
+def _deadline(current: tuple[Sequence[Deliver], float], message_timeout: float) -> float:
+    # message_timeout is per message: a batch call of n has n of them, as in the machine.
+    return current[1] + message_timeout * len(current[0])
 
 
 def withdrawn(commands: Sequence[Deliver]) -> list[Outcome]:

@@ -116,3 +116,12 @@ def test_relays_benchmark_reports_each_answering_broker_against_its_client(
         assert output.count("plain client loop") >= 6  # each broker's row and its ratio's
         # Three throughput ratios, and p50 and p99 of each relay against the daemon alone.
         assert len(re.findall(r"\d\.\d\dx", output)) == 9
+
+
+def test_tracing_benchmark_compares_with_opentelemetry_absent_unused_and_configured(
+    database_server: str,
+) -> None:
+    output = run_bench(database_server, "tracing")
+    for text in ("not installed", "installed, unused", "configured", "us/append", "msg/s"):
+        assert text in output
+    assert len(re.findall(r"\d\.\d\dx", output)) == 4  # each of two groups, twice

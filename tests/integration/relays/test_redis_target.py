@@ -60,7 +60,11 @@ async def entries(client: redis.asyncio.Redis, stream: str) -> list[dict[str, st
 
 
 def expected(messages: Sequence[Message]) -> list[dict[str, str]]:
-    return [{"data": m.data_text, **fields.metadata(m)} for m in messages]
+    """The payload, the named fields and the message's own headers (`trace`), as fields."""
+    return [
+        {"data": m.data_text, **fields.metadata(m), "trace": "t", "outbox-header-names": "trace"}
+        for m in messages
+    ]
 
 
 async def dedup_keys(client: redis.asyncio.Redis, prefix: str) -> list[str]:

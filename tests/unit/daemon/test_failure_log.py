@@ -1,11 +1,17 @@
 """Handler failures at the default log level: a traceback for each message's first failure,
 at most so many a minute per subscription, and then a count of those left out."""
 
+import asyncio
+
 import pytest
 
+from poller.batch_handlers import batch_handler
 from poller.daemon.failure_log import FailureLog, LogBudget
-from poller.outcomes import DestinationUnavailable
-from tests.unit.daemon.runs_support import deliveries
+from poller.daemon.handler_caller import HandlerCaller
+from poller.daemon.runs import Run
+from poller.message import Message
+from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
+from tests.unit.daemon.runs_support import always, deliveries
 
 
 def test_a_budget_allows_so_many_per_window_then_counts_what_it_left_out() -> None:
@@ -34,9 +40,41 @@ def test_a_poison_storm_writes_a_few_tracebacks_then_says_how_many_it_left_out(
     assert "(47 more handler failures left out of the log" in caplog.records[-1].getMessage()
 
 
-def test_a_destination_outage_is_not_a_failure_to_log(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "request_",
+    [DestinationUnavailable("broker down"), RetryMessage(), ParkMessage("no"), SkipMessage()],
+)
+def test_an_outcome_request_is_not_a_failure_to_log(
+    caplog: pytest.LogCaptureFixture, request_: BaseException
+) -> None:
     """A relay's broker down raises DestinationUnavailable on every retry: no traceback."""
     caplog.set_level("DEBUG", logger="poller.daemon.failure_log")
-    messages = [delivery.envelope.payload for delivery in deliveries(3)]
-    FailureLog("relay").failed(messages, DestinationUnavailable("broker down"), first=True)
+
+    @batch_handler()
+    async def relay(_messages: list[Message]) -> None:
+        raise request_
+
+    asyncio.run(HandlerCaller(relay, 1, [FailureLog("relay")])(Run(deliveries(3), 30.0), always))
     assert caplog.records == []
+
+
+def test_a_batch_call_that_raised_is_one_line_and_a_returned_failure_one_per_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="poller.daemon.failure_log")
+
+    @batch_handler()
+    async def raising(_messages: list[Message]) -> None:
+        raise ValueError("all of them")
+
+    @batch_handler()
+    async def naming(messages: list[Message]) -> dict[object, BaseException]:
+        return {messages[0].at: ValueError("one"), messages[2].at: ValueError("another")}
+
+    for handler in (raising, naming):
+        asyncio.run(HandlerCaller(handler, 1, [FailureLog("b")])(Run(deliveries(3), 30.0), always))
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 3
+    assert "a batch of 3 messages" in lines[0]
+    assert "position=1," in lines[1]
+    assert "position=3," in lines[2]
