@@ -1,15 +1,46 @@
-FROM python:3.12-slim
+# syntax=docker/dockerfile:1
+# The `outbox` command (daemon, relays, operator's commands), installed from the project's wheel
+# as an application would install it: `pip install 'outbox-poller[cli,relays]'`, at the
+# versions of uv.lock. tests/acceptance/test_installed_wheel.py installs the same wheel with the
+# same extras (read from OUTBOX_EXTRAS below) into a fresh virtualenv and runs the commands the
+# compose file runs; tests/unit/test_deployment_commands.py checks those commands against the
+# CLI.
+
+ARG PYTHON_IMAGE=python:3.12-slim
+
+FROM ${PYTHON_IMAGE} AS build
+ARG OUTBOX_EXTRAS=cli,relays
 COPY --from=ghcr.io/astral-sh/uv:latest /uv /usr/local/bin/uv
-WORKDIR /app
+WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
 COPY outbox outbox
 COPY poller poller
-COPY pipeline pipeline
-COPY outbox_cli outbox_cli
 COPY outbox_relays outbox_relays
+COPY outbox_spark outbox_spark
+COPY outbox_cli outbox_cli
 COPY sql sql
 COPY migrations migrations
-RUN uv sync --locked --no-dev
-ENV PATH="/app/.venv/bin:$PATH"
+# The wheel, and the locked versions of what its extras install, as constraints: the install
+# below takes only what the wheel declares, at the versions the tests ran with.
+RUN uv build --wheel --out-dir /dist \
+ && uv export --locked --no-dev --no-hashes --no-emit-project --no-header \
+      $(echo "${OUTBOX_EXTRAS}" | tr ',' '\n' | sed 's/^/--extra=/') \
+      --output-file /dist/constraints.txt
+
+FROM ${PYTHON_IMAGE}
+ARG OUTBOX_EXTRAS=cli,relays
+ENV PATH="/opt/outbox/bin:$PATH" \
+    PYTHONUNBUFFERED=1
+RUN --mount=from=build,source=/dist,target=/dist \
+    --mount=from=ghcr.io/astral-sh/uv:latest,source=/uv,target=/usr/local/bin/uv \
+    uv venv --python /usr/local/bin/python3 --no-python-downloads /opt/outbox \
+ && uv pip install --python /opt/outbox/bin/python --no-cache --compile-bytecode \
+      --constraint /dist/constraints.txt "$(echo /dist/*.whl)[${OUTBOX_EXTRAS}]"
+# Not root: the daemon needs no privilege, and a handler's bug should not get one. /app is where
+# `outbox poll` finds handler modules (the current directory comes first on its import path).
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin outbox \
+ && mkdir /app && chown outbox /app
+USER outbox
+WORKDIR /app
 ENTRYPOINT ["outbox"]
 CMD ["--help"]

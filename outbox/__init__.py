@@ -7,8 +7,9 @@ with psycopg.connect(url) as conn:
 
 The package is also the shared core every other package imports (positions, names and
 limits, the database URL's masking, the schema's files). Those modules are light; the writer
-pulls in psycopg and pydantic (half a second), so its names load on first use, and a Spark
-worker that only needs `outbox.positions` never pays for them.
+pulls in psycopg (and orjson when it is installed), so its names load on first use, and a
+Spark worker that only needs `outbox.positions` never pays for them. It needs nothing beyond
+psycopg: `pip install outbox-poller` installs that alone.
 """
 
 import importlib

@@ -9,14 +9,13 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import functools
 import json
 import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-
-import orjson
 
 from outbox.errors import InvalidMessageError
 
@@ -60,10 +59,24 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-# orjson hands datetimes and dataclasses to the hook, so they encode exactly as `json_default`
-# says (isoformat, dataclasses.asdict). What it encodes itself (UUIDs, enums, subclasses of
-# str, int, dict and list) comes out as `json_default` and the json module would write it.
-_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_orjson_dumps: Callable[[Any], bytes] | None
+try:
+    # Optional (the `orjson` extra; the daemon's extra has it too): several times faster than
+    # json.dumps on the usual payload. Without it the json module encodes every value, to the
+    # same JSON value.
+    import orjson
+except ModuleNotFoundError:
+    _orjson_dumps = None
+else:
+    # orjson hands datetimes and dataclasses to the hook, so they encode exactly as
+    # `json_default` says (isoformat, dataclasses.asdict). What it encodes itself (UUIDs, enums,
+    # subclasses of str, int, dict and list) comes out as `json_default` and the json module
+    # would write it.
+    _orjson_dumps = functools.partial(
+        orjson.dumps,
+        default=json_default,
+        option=orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS,
+    )
 
 # json.dumps builds an encoder per call when given options; the built-in hook's is made once.
 _DEFAULT_ENCODER = json.JSONEncoder(
@@ -73,8 +86,8 @@ _DEFAULT_ENCODER = json.JSONEncoder(
 
 def encode_json(field: str, value: Any, default: JsonDefault = json_default) -> str:
     """Encode `value` as compact JSON text that jsonb will accept, or raise naming the field."""
-    if default is json_default:
-        fast = _encode_with_orjson(value)
+    if default is json_default and _orjson_dumps is not None:
+        fast = _encode_with_orjson(_orjson_dumps, value)
         if fast is not None:
             return fast
     encoder = _DEFAULT_ENCODER if default is json_default else _encoder(default)
@@ -107,7 +120,7 @@ def _encoder(default: JsonDefault) -> json.JSONEncoder:
     )
 
 
-def _encode_with_orjson(value: Any) -> str | None:
+def _encode_with_orjson(dumps: Callable[[Any], bytes], value: Any) -> str | None:
     """The usual payload in one C call, or None for the json module to encode or refuse.
 
     orjson is several times faster than json.dumps but differs at the edges, each of which
@@ -118,8 +131,8 @@ def _encode_with_orjson(value: Any) -> str | None:
     enums itself and would not ask that hook about them.
     """
     try:
-        encoded = orjson.dumps(value, default=json_default, option=_ORJSON_OPTIONS)
-    except orjson.JSONEncodeError:
+        encoded = dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is one
         return None
     # "\u0000" is an escaped NUL (or text that merely looks like one): the slow way decides.
     if b"null" in encoded or b"\\u0000" in encoded:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import LiteralString
 
 import psycopg
-import tenacity
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -174,14 +173,21 @@ def upgrade(
 ) -> None:
     """`role_prefix` names the roles revision 0007 creates or reuses (outbox.roles)."""
     names = role_names(role_prefix)
-    for attempt in tenacity.Retrying(
-        retry=tenacity.retry_if_exception(lambda error: _lost_role_race(error, names)),
-        stop=tenacity.stop_after_attempt(3),
-        reraise=True,
-    ):
-        with attempt, _migration_connection(database_url, role_prefix) as (config, connection):
-            _adopt_unversioned_outbox(config, connection)
-            _to_revision(command.upgrade, config, revision)
+    for attempt in range(1, _ROLE_RACE_ATTEMPTS + 1):
+        try:
+            with _migration_connection(database_url, role_prefix) as (config, connection):
+                _adopt_unversioned_outbox(config, connection)
+                _to_revision(command.upgrade, config, revision)
+            return
+        except Exception as error:
+            if attempt == _ROLE_RACE_ATTEMPTS or not _lost_role_race(error, names):
+                raise
+            logger.info("another database created an outbox role meanwhile: migrating again")
+
+
+# Attempts of a migration that lost the race below; at once, with no pause: the new
+# transaction sees the role the other one committed.
+_ROLE_RACE_ATTEMPTS = 3
 
 
 def _lost_role_race(error: BaseException, names: RoleNames) -> bool:

@@ -1,40 +1,39 @@
-"""Writer limits, read from the environment once (OUTBOX_* variables)."""
+"""Writer limits, read from the environment once (OUTBOX_* variables).
 
+Read with the standard library: an application that only appends installs psycopg and
+nothing else (the daemon's and the CLI's settings use pydantic-settings, from their extras).
+"""
+
+import os
+from dataclasses import dataclass
 from functools import cache
-
-import pydantic
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox.errors import WriterSettingsError
 
-_PREFIX = "OUTBOX_"
-
-# What each variable takes, for the refusal (pydantic's own text names neither the variable
-# nor, for a bound, the unit).
-_EXPECTED = {"max_payload_bytes": "a whole number of bytes greater than 0"}
+MAX_PAYLOAD_BYTES_VARIABLE = "OUTBOX_MAX_PAYLOAD_BYTES"
 
 
-class WriterSettings(BaseSettings):
+@dataclass(frozen=True)
+class WriterSettings:
     """Limits the writer enforces before any SQL runs."""
-
-    model_config = SettingsConfigDict(env_prefix=_PREFIX, extra="ignore")
 
     # jsonb itself takes up to 255 MB, but one outbox row that large stalls every poller behind
     # it; a megabyte is a generous ceiling for an event and can be raised per deployment.
-    max_payload_bytes: int = Field(default=1_048_576, gt=0)
+    max_payload_bytes: int = 1_048_576
 
 
 @cache
 def writer_settings() -> WriterSettings:
-    """The settings, or WriterSettingsError naming each refused variable and its value (not
+    """The settings, or WriterSettingsError naming the refused variable and its value (not
     cached: every append raises it again until the variable is fixed)."""
-    try:
+    value = os.environ.get(MAX_PAYLOAD_BYTES_VARIABLE)
+    if value is None:
         return WriterSettings()
-    except pydantic.ValidationError as error:
-        problems = [
-            f"{_PREFIX}{str(detail['loc'][0]).upper()}={detail['input']!r} is refused:"
-            f" expected {_EXPECTED[str(detail['loc'][0])]}"
-            for detail in error.errors()
-        ]
-        raise WriterSettingsError("; ".join(problems)) from None
+    digits = value.strip()
+    # ASCII digits only: int() would also take "1_000" and other scripts' digits.
+    if not (digits.isascii() and digits.isdigit()) or int(digits) == 0:
+        raise WriterSettingsError(
+            f"{MAX_PAYLOAD_BYTES_VARIABLE}={value!r} is refused:"
+            " expected a whole number of bytes greater than 0"
+        )
+    return WriterSettings(max_payload_bytes=int(digits))

@@ -1,3 +1,3 @@
-from outbox_cli.main import main
+from outbox_cli.launcher import main
 
 main()

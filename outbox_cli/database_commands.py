@@ -89,12 +89,13 @@ def url(context: CommandContext, show_password: bool) -> None:
 
 
 def _configured_elsewhere(context: CommandContext, verb: str) -> bool:
-    if not context.settings.database_url:
+    if context.database_url_option is not None:
+        given = "--database-url is given"
+    elif context.settings.database_url:
+        given = f"{DATABASE_URL_VARIABLE} is set"
+    else:
         return False
-    click.echo(
-        f"{DATABASE_URL_VARIABLE} is set, so the embedded server is not used: nothing to {verb}",
-        err=True,
-    )
+    click.echo(f"{given}, so the embedded server is not used: nothing to {verb}", err=True)
     return True
 
 

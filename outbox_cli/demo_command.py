@@ -14,7 +14,7 @@ from rich.table import Table
 
 from outbox_cli.context import CommandContext
 from outbox_cli.demo.live import CountingHandler
-from outbox_cli.demo.relay_round import nats_answers, relay_to_nats
+from outbox_cli.demo.relay_round import relay_round_unavailable, relay_to_nats
 from outbox_cli.demo.workload import WorkloadShape, WriterTally, read_until, run_writers
 from poller import administration
 from poller.daemon.background import DaemonThread
@@ -91,7 +91,8 @@ def _run(console: Console, url: str, publication: str, shape: WorkloadShape) -> 
     finally:
         daemon.stop()
     console.print(_summary(tally, handler, naive_read.positions))
-    if nats_answers():
+    unavailable = relay_round_unavailable()
+    if unavailable is None:
         console.print("NATS answers on localhost: relaying the same messages to JetStream...")
         round_ = relay_to_nats(url, publication, len(tally.committed))
         console.print(
@@ -99,7 +100,7 @@ def _run(console: Console, url: str, publication: str, shape: WorkloadShape) -> 
             f" {round_.committed} committed (de-duplicated by Nats-Msg-Id; stream removed)"
         )
     else:
-        console.print("(no NATS on 127.0.0.1:4222: the relay to JetStream is not shown)")
+        console.print(f"({unavailable}: the relay to JetStream is not shown)")
 
 
 def _show_progress(

@@ -14,6 +14,7 @@ import psycopg
 import pydantic
 
 from outbox.database_url import mask_password
+from outbox_cli.extras import missing_extra, needs_extra_line
 from outbox_cli.printing import escaped
 from poller.administration import SubscriptionError
 from poller.daemon.handlers import HandlerNotFoundError
@@ -115,5 +116,14 @@ class OutboxGroup(click.Group):
             raise
         except (click.exceptions.Exit, click.Abort):
             raise
+        except ModuleNotFoundError as error:
+            # A command imports what its extra installs only when it runs (the tui's screen,
+            # the relays' clients, Spark, the embedded server), so `outbox --help` and the
+            # other commands work without it.
+            extra = missing_extra(error)
+            if extra is None:
+                raise translated(error) from None
+            command = f"outbox {ctx.invoked_subcommand}"
+            raise CommandUsageError(needs_extra_line(command, extra)) from None
         except Exception as error:
             raise translated(error) from None

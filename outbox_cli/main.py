@@ -7,6 +7,7 @@ import click
 from outbox.database_url import PasswordMaskingFilter
 from outbox_cli.context import CommandContext
 from outbox_cli.database_commands import db, migrate, rebase
+from outbox_cli.database_options import add_database_url_option
 from outbox_cli.demo_command import demo
 from outbox_cli.errors import CommandUsageError, OutboxGroup
 from outbox_cli.log_format import log_handler
@@ -54,6 +55,7 @@ cli.add_command(demo)
 for command in (subscription, poll, relay, status, seek, skip, parked, message, spark, tail):
     cli.add_command(command)
 cli.add_command(prune)
+add_database_url_option(cli)  # after every command is added: each takes --database-url
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ import click
 from prometheus_client.registry import Collector
 
 from outbox_cli.context import CommandContext
+from outbox_cli.database_options import embedded_database_option
 from outbox_cli.errors import CommandUsageError
 from outbox_cli.first_connection import connect_when_up
 from outbox_cli.json_output import json_option, print_json, status_document
@@ -72,10 +73,10 @@ def options_of(
 
 def daemon_command(config_keys: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The options `outbox poll` and `outbox relay` share: subscriptions, a TOML config (with
-    `config_keys`), the log format and every daemon option."""
+    `config_keys`), the log format, --embedded-database and every daemon option."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
-        command = daemon_options(command)
+        command = embedded_database_option(daemon_options(command))
         for option in reversed(
             [
                 click.option(

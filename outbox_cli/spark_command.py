@@ -58,7 +58,7 @@ def run(context: CommandContext, master: str, job: str, job_arguments: tuple[str
     arguments = module.argument_parser().parse_args(job_arguments)
     config: dict[str, str] = {}
     if arguments.url is None and arguments.url_file is None:
-        url = os.environ.get(DATABASE_URL_VARIABLE) or context.database_url
+        url = context.database_url  # --database-url, else the variable, else the embedded one
         # Before the session starts: the JVM and its local Python workers copy the environment.
         os.environ[DATABASE_URL_VARIABLE] = url
         if not master.startswith("local"):

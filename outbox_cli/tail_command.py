@@ -1,17 +1,22 @@
 """`outbox tail`: watch a publication live, on a terminal screen or as plain lines."""
 
+from __future__ import annotations
+
 import asyncio
 import os
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING
 
 import click
 
 from outbox.positions import Position
 from outbox_cli.context import CommandContext
-from outbox_cli.tail.app import Event, TailApp
 from outbox_cli.tail.plain import print_lines
 from poller import Checkpoint, subscribe
+
+if TYPE_CHECKING:
+    from outbox_cli.tail.app import Event
 
 # As `outbox subscription create`: a tail shows what happens from now on unless told otherwise.
 DEFAULT_START = "end"
@@ -86,6 +91,10 @@ async def _print_plain(events: AsyncGenerator[Event]) -> None:
 
 async def _show_screen(events: AsyncGenerator[Event], publication: str) -> BaseException | None:
     """Run the screen; return the error that ended the subscription, if any."""
+    # Only the screen needs textual (the tui extra); imported before connecting, so without it
+    # that is the error, and --plain works.
+    from outbox_cli.tail.app import TailApp
+
     try:
         # The first event proves the database answers, so a wrong URL or a missing schema is
         # a one-line error on a normal terminal instead of a screen that opens and closes.

@@ -2,6 +2,7 @@
 JetStream stream by `relays`, counted back from the stream (one each, none lost)."""
 
 import asyncio
+import importlib
 import socket
 import time
 import uuid
@@ -23,12 +24,17 @@ class RelayRound:
     in_stream: int
 
 
-def nats_answers() -> bool:
+def relay_round_unavailable() -> str | None:
+    """Why the relay round cannot run here, or None when it can."""
+    try:
+        importlib.import_module("nats")  # the relays extra's NATS client
+    except ModuleNotFoundError:
+        return "the relays extra is not installed"
     try:
         socket.create_connection(NATS_ADDRESS, timeout=0.5).close()
     except OSError:
-        return False
-    return True
+        return f"no NATS on {NATS_ADDRESS[0]}:{NATS_ADDRESS[1]}"
+    return None
 
 
 def relay_to_nats(url: str, publication: str, committed: int) -> RelayRound:

@@ -14,6 +14,10 @@ from tests.support.cli import outbox_command
 from tests.support.daemons import daemon_group
 from tests.support.stored import create_subscription
 
+# Never reached: each of these is refused before the relay connects. A daemon given no database
+# at all refuses that first (tests/acceptance/test_database_option.py).
+UNREACHED_DATABASE = "postgresql://app@db.invalid/app"
+
 
 @pytest.mark.parametrize(
     ("url", "named"),
@@ -35,7 +39,7 @@ from tests.support.stored import create_subscription
     ],
 )
 def test_a_bad_url_is_refused_at_start(url: str, named: str) -> None:
-    result = outbox_command(["relay", "--subscription", "sub", "--to", url], None)
+    result = outbox_command(["relay", "--subscription", "sub", "--to", url], UNREACHED_DATABASE)
     assert result.returncode == 2, result.stderr
     assert named in result.stderr
     assert "s3cret" not in result.stderr + result.stdout
@@ -45,11 +49,11 @@ def test_a_bad_url_is_refused_at_start(url: str, named: str) -> None:
 def test_the_config_file_names_the_relay(tmp_path: Path) -> None:
     config = tmp_path / "relay.toml"
     config.write_text('subscriptions = ["sub"]\n[relay]\nto = "nats://h:4222?subjet=x"\n')
-    result = outbox_command(["relay", "--config", str(config)], None)
+    result = outbox_command(["relay", "--config", str(config)], UNREACHED_DATABASE)
     assert result.returncode == 2, result.stderr
     assert "unknown parameter 'subjet'" in result.stderr
     config.write_text('subscriptions = ["sub"]\n[relay]\nto = "nats://h:4222"\nwhere = 1\n')
-    result = outbox_command(["relay", "--config", str(config)], None)
+    result = outbox_command(["relay", "--config", str(config)], UNREACHED_DATABASE)
     assert result.returncode == 2, result.stderr
     assert "relay.where" in result.stderr
 
