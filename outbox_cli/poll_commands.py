@@ -79,7 +79,11 @@ def daemon_command(config_keys: str) -> Callable[[Callable[..., Any]], Callable[
         for option in reversed(
             [
                 click.option(
-                    "--subscription", "subscriptions", multiple=True, help="Repeat for several."
+                    "--subscription",
+                    "subscriptions",
+                    multiple=True,
+                    # Not click's required=True: --config may list them instead.
+                    help="Repeat for several. [required, here or in --config]",
                 ),
                 click.option(
                     "--config",
@@ -102,7 +106,11 @@ def daemon_command(config_keys: str) -> Callable[[Callable[..., Any]], Callable[
 
 
 @click.command()
-@click.option("--handler", "handler_spec", help="package.module:callable")
+@click.option(
+    "--handler",
+    "handler_spec",
+    help="package.module:callable [required, here or in --config]",
+)
 @daemon_command("`handler`")
 @click.pass_obj
 def poll(
@@ -118,6 +126,10 @@ def poll(
 
     The current directory comes first on the import path, as with `python -m`, so a handler
     module beside you is found.
+
+    \b
+    Example (myapp/handlers.py defines `def on_order(message): ...`):
+      outbox poll --subscription billing --handler myapp.handlers:on_order
     """
     use_log_format(log_format)
     names = list(subscriptions)

@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
+from outbox.positions import readable
 from outbox.shards import MAX_SHARDS
 from outbox_cli.context import CommandContext
-from outbox_cli.errors import CommandError, CommandUsageError
+from outbox_cli.errors import CommandUsageError
 from outbox_cli.json_output import (
     json_option,
     parked_document,
@@ -18,7 +19,7 @@ from outbox_cli.json_output import (
     print_json,
     subscription_document,
 )
-from outbox_cli.printing import cell, checkpoint_text, console, escaped, table
+from outbox_cli.printing import cell, console, escaped, table
 from outbox_cli.shard_printing import layout_text, shard_table
 from poller import administration, inspection, shard_administration
 from poller.administration import quoted
@@ -85,7 +86,8 @@ def create(
     with context.connect() as conn:
         at = administration.create(conn, name, publication, start, chosen_settings(values), shards)
     of = f" ({shards} shards)" if shards > 1 else ""
-    click.echo(f"created {escaped(name)} on {escaped(publication)}{of}, starting after {at}")
+    after = readable(at)
+    click.echo(f"created {escaped(name)} on {escaped(publication)}{of}, starting after {after}")
 
 
 @subscription.command("update")
@@ -119,7 +121,8 @@ def _shard_change_text(name: str, change: ShardChange) -> str:
     drain = "the old shard delivers" if old == 1 else f"the {old} old shards deliver"
     then = "the new shard starts" if new == 1 else "the new ones start"
     return (
-        f"{escaped(name)}: {_shards(old)} -> {_shards(new)}; {drain} up to {change.barrier},"
+        f"{escaped(name)}: {_shards(old)} -> {_shards(new)}; {drain} up to"
+        f" {readable(change.barrier)},"
         f" then {then} after it (`outbox subscription show` follows the change)"
     )
 
@@ -143,7 +146,7 @@ def list_subscriptions(context: CommandContext, as_json: bool) -> None:
         listing.add_row(
             cell(record.subscription_id),
             cell(record.publication),
-            cell(checkpoint_text(record.checkpoint)),
+            cell(readable(record.checkpoint)),
             cell(record.epoch),
             cell(layout_text(record.layout)),
             cell(_settings_text(record.stored_settings) or "defaults"),
@@ -171,7 +174,7 @@ def show(context: CommandContext, name: str, as_json: bool) -> None:
         if field.endswith(("_transaction_id", "_position")) or field == "shard_status":
             continue  # the TX:POS field says it; the shards get a table of their own
         if field == "checkpoint":
-            value = checkpoint_text(record.checkpoint)
+            value = readable(record.checkpoint)
         elif isinstance(value, dict):
             value = _settings_text(value) or "defaults"
         shown.add_row(cell(field.replace("_", " ")), cell("-" if value is None else value))
@@ -243,7 +246,7 @@ def seek(
         else:
             assert to is not None
             at, epoch = administration.seek(conn, name, to)
-    click.echo(f"{escaped(name)} now after {at} (epoch {epoch})")
+    click.echo(f"{escaped(name)} now after {readable(at)} (epoch {epoch})")
 
 
 @click.group()
@@ -324,7 +327,8 @@ def parked_purge(context: CommandContext, name: str, yes: bool) -> None:
 
 
 def _confirm(question: str) -> None:
-    # Without a terminal nobody can answer: refuse rather than purge or hang on a pipe.
+    # Without a terminal nobody can answer: refuse rather than purge or hang on a pipe. A
+    # usage error: the command as typed cannot run here.
     if not sys.stdin.isatty():
-        raise CommandError("refusing to purge without confirmation: pass --yes (no terminal)")
+        raise CommandUsageError("refusing to purge without confirmation: pass --yes (no terminal)")
     click.confirm(question, abort=True)

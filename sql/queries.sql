@@ -328,6 +328,13 @@ FROM outbox.messages AS m
 WHERE m.publication_id = %(publication)s AND m.position = %(position)s
   AND m.transaction_id = %(transaction_id)s::text::xid8
 
+-- get_message_by_position --
+-- One message of a publication at a position alone (what append returns): positions are unique across the publications.
+SELECT m.position, m.transaction_id::text::bigint, m.publication_id, m.message_id,
+       m.message_type, m.partition_key, m.data::text, m.headers::text, m.appended_at
+FROM outbox.messages AS m
+WHERE m.publication_id = %(publication)s AND m.position = %(position)s
+
 -- delete_publication_messages --
 -- Deletes every message of a publication (the demo cleans up after itself with it).
 DELETE FROM outbox.messages WHERE publication_id = %(publication)s

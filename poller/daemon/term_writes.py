@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from outbox.positions import Position
+from outbox.positions import Position, readable
 from outbox.storable_text import storable_text
 from poller.daemon.handler_caller import payload_message
 from poller.daemon.metrics import SubscriptionMetrics
@@ -97,7 +97,7 @@ class TermWrites:
                 "subscription %s: checkpoint %s refused although this process leads epoch"
                 " %s; the stored checkpoint is ahead of it. Restarting the term.",
                 self._subscription_id,
-                position,
+                readable(position),
                 epoch,
             )
             self._restart()

@@ -136,6 +136,11 @@ class AdminStore:
             {"publication": publication, **at.query_parameters()},
         ).fetchone()
 
+    def message_by_position(self, publication: str, position: int) -> tuple[Any, ...] | None:
+        return self._conn.execute(
+            QUERIES["get_message_by_position"], {"publication": publication, "position": position}
+        ).fetchone()
+
     def delete_publication_messages(self, publication: str) -> int:
         return self._conn.execute(
             QUERIES["delete_publication_messages"], {"publication": publication}
