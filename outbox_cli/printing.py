@@ -14,9 +14,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from outbox.positions import Position
-from poller.administration import MAX_POSITION
-
 # C0 and C1 controls, DEL, the line and paragraph separators and the bidirectional overrides
 # (which can make a name read backwards).
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -32,13 +29,6 @@ def escaped(value: object) -> str:
 def cell(value: object) -> Text:
     """A table cell or a line for rich: literal text, never parsed as markup."""
     return Text(escaped(value))
-
-
-def checkpoint_text(checkpoint: Position) -> str:
-    """TX:POS, or `end of TX` for the safe frontier's checkpoint (after every row of TX)."""
-    if checkpoint.position == MAX_POSITION:
-        return f"end of {checkpoint.transaction_id}"
-    return str(checkpoint)
 
 
 def table(columns: tuple[str, ...], **options: Any) -> Table:

@@ -306,12 +306,24 @@ FROM outbox.subscription_leaders WHERE subscription_id = %(subscription)s
 SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_transaction_id
 
 -- subscription_status_with_hidden --
--- The operator's view of every subscription, with the oldest transaction the safe frontier still hides (to name its blockers).
-SELECT subscription_id, publication_id, checkpoint_transaction_id::text::bigint, checkpoint_position,
-       messages_behind, extract(epoch FROM oldest_undelivered_age)::float8,
-       leader_host, leader_pid, leader_since, leader_alive,
-       oldest_hidden_transaction_id::text::bigint, destination_unavailable
-FROM outbox.subscription_status ORDER BY subscription_id
+-- The operator's view of every subscription, with the oldest transaction the safe frontier still hides (to name its blockers), its messages backing off and parked, the oldest parked one, and what kind of consumer it is (a Spark query's row: when it last recorded a batch).
+SELECT v.subscription_id, v.publication_id, v.checkpoint_transaction_id::text::bigint,
+       v.checkpoint_position, v.messages_behind,
+       extract(epoch FROM v.oldest_undelivered_age)::float8,
+       v.leader_host, v.leader_pid, v.leader_since, v.leader_alive,
+       v.oldest_hidden_transaction_id::text::bigint, v.destination_unavailable,
+       v.retry_queue, coalesce(v.parked_messages, 0),
+       oldest_parked.transaction_id::text::bigint, oldest_parked.position,
+       extract(epoch FROM v.oldest_parked_age)::float8,
+       s.settings ->> 'kind', s.updated_at
+FROM outbox.subscription_status AS v
+JOIN outbox.subscriptions AS s ON s.subscription_id = v.subscription_id
+LEFT JOIN LATERAL (
+    SELECT p.transaction_id, p.position FROM outbox.parked_messages AS p
+    WHERE p.subscription_id = v.subscription_id
+    ORDER BY p.parked_at, p.position LIMIT 1
+) AS oldest_parked ON true
+ORDER BY v.subscription_id
 
 -- get_message_by_id --
 -- One message of a publication by its message id, with its place in delivery order.

@@ -926,4 +926,16 @@ BEGIN
 END
 $grant$;
 
+-- The poller (0007) runs `outbox status`, which names what holds retention back (0016).
+DO $grant$
+DECLARE
+    poller text := coalesce(nullif(current_setting('outbox.role_prefix', true), ''), 'outbox')
+                   || '_poller';
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = poller) THEN
+        EXECUTE format('GRANT SELECT ON outbox.retention_status TO %I', poller);
+    END IF;
+END
+$grant$;
+
 COMMIT;

@@ -162,8 +162,10 @@ def daemon_environment(url: str) -> dict[str, str]:
     return outbox_environment(url, OUTBOX_LOG_LEVEL="INFO", PYTHONPATH=pythonpath)
 
 
-# A text log record's first line (outbox_cli/log_format.py TEXT_FORMAT).
-_RECORD_HEADER = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ (?P<level>[A-Z]+) (?P<logger>[\w.]+): ")
+# A text log record's first line (outbox_cli/log_format.py TextLogFormatter).
+_RECORD_HEADER = re.compile(
+    r"\d{4}-\d\d-\d\d [\d:,]+ (?P<level>[A-Z]+) (?P<logger>[\w.]+)(?: \[shard \d+/\d+\])?: "
+)
 
 
 def _term_started(subscription: str) -> str:
