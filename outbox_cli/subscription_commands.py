@@ -267,9 +267,9 @@ def parked_list(context: CommandContext, name: str, limit: int, as_json: bool) -
         print_json([parked_document(row) for row in rows])
         return
     columns = ("position", "transaction", "type", "message id", "attempts", "error", "parked")
-    listing = table((*columns, "shard"))
+    listing = table((*columns, "shard", "replay requested"))
     for row in rows:
-        listing.add_row(*(cell(value) for value in row))
+        listing.add_row(*(cell("-" if value is None else value) for value in row))
     console().print(listing)
 
 
@@ -302,27 +302,77 @@ def _or_dash(value: object) -> object:
     return "-" if value is None else value
 
 
+def parked_target(command: Callable[..., Any]) -> Callable[..., Any]:
+    """NAME, then an optional POSITION or --id: one parked message, or every one."""
+    for decorate in reversed(
+        [
+            click.argument("name"),
+            click.argument("position", required=False),
+            click.option(
+                "--id", "message_id", help="The parked message with this message id, instead."
+            ),
+        ]
+    ):
+        command = decorate(command)
+    return command
+
+
 @parked.command("replay")
-@click.argument("name")
+@parked_target
 @click.pass_obj
-def parked_replay(context: CommandContext, name: str) -> None:
-    """Ask the running daemon to re-deliver parked messages (ahead of new ones)."""
+def parked_replay(
+    context: CommandContext, name: str, position: str | None, message_id: str | None
+) -> None:
+    """Deliver parked messages again, ahead of new ones: every one, or the one at POSITION
+    (POS or TX:POS) or with --id.
+
+    The leader of each message's shard replays it at its next lease renewal; while no daemon
+    runs, the next leader does before its first read. A replay outlives a seek; one that fails
+    parks the message again.
+    """
     with context.connect() as conn:
-        administration.request_replay(conn, name)
-    click.echo(f"replay of {escaped(name)}'s parked messages requested")
+        target = administration.parked_target(conn, name, position, message_id)
+        requested = administration.request_replay(conn, name, target)
+    if not requested.marked:
+        click.echo(f"{escaped(name)} has no parked messages to replay")
+        return
+    when = "at its next lease renewal" if requested.leader_alive else "when a daemon next leads it"
+    if target is None:
+        what = f"{len(requested.marked)} parked messages"
+        by = (
+            "each one's shard leader replays it"
+            if _sharded(requested)
+            else "its leader replays them"
+        )
+    else:
+        ((at, shard),) = requested.marked
+        what = f"the parked message at {at}"
+        by = (
+            f"shard {shard}'s leader replays it" if _sharded(requested) else "its leader replays it"
+        )
+    click.echo(f"{escaped(name)}: replay of {what} requested; {by} {when}")
+
+
+def _sharded(requested: administration.ReplayRequested) -> bool:
+    return any(shard.shard_count > 1 for _, shard in requested.marked)
 
 
 @parked.command("purge")
-@click.argument("name")
+@parked_target
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
-def parked_purge(context: CommandContext, name: str, yes: bool) -> None:
-    """Drop parked messages for good (asks first unless --yes)."""
+def parked_purge(
+    context: CommandContext, name: str, position: str | None, message_id: str | None, yes: bool
+) -> None:
+    """Drop parked messages for good: every one, or the one at POSITION (POS or TX:POS) or
+    with --id (asks first unless --yes)."""
     with context.connect() as conn:
-        administration.get(conn, name)  # a missing subscription is an error before any question
+        # A missing subscription or message is an error before any question.
+        target = administration.parked_target(conn, name, position, message_id)
+        what = "every parked message" if target is None else f"the parked message at {target}"
         if not yes:
-            _confirm(f"drop every parked message of {escaped(name)} for good?")
-        count = administration.purge_parked(conn, name)
+            _confirm(f"drop {what} of {escaped(name)} for good?")
+        count = administration.purge_parked(conn, name, target)
     click.echo(f"purged {count} parked messages of {escaped(name)}")
 
 

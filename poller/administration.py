@@ -14,6 +14,7 @@ import psycopg
 from outbox.messages import check_name
 from outbox.positions import MAX_PART, START, Position, at_frontier, readable
 from outbox.shards import MAX_SHARDS
+from poller.membership import ShardUnit
 from poller.message import Message
 from poller.store.admin_store import AdminStore
 from poller.store.message_reads import message_from_row, safe_frontier
@@ -303,16 +304,57 @@ def skip_request(conn: psycopg.Connection[Any], name: str) -> SkipRequest | None
     return AdminStore(conn).skip_request(_checked_lookup(name))
 
 
-def request_replay(conn: psycopg.Connection[Any], name: str) -> None:
-    """A running leader re-delivers the parked messages; the request is for that leader, so
-    without one it would wait unseen (a new leader starts from the stored request count)."""
+def parked_target(
+    conn: psycopg.Connection[Any], name: str, at: str | None, message_id: str | None
+) -> Position | None:
+    """The parked message an operator names, by its place (POS or TX:POS) or by its message
+    id in the subscription's publication; None when neither is given: every one."""
+    if at is not None and message_id is not None:
+        raise RefusedValueError("give a parked message's POSITION or its --id, not both")
+    if at is not None:
+        return parked_message(conn, name, at).message.at
     get(conn, name)
-    store = AdminStore(conn)
-    if not store.leader_alive(name):
+    if message_id is None:
+        return None
+    found = (
+        None if "\x00" in message_id else AdminStore(conn).parked_position_by_id(name, message_id)
+    )
+    if found is None:
         raise SubscriptionError(
-            f"no daemon leads {quoted(name)}: start `outbox poll --subscription NAME` first"
+            f"subscription {quoted(name)} has no parked message with id {quoted(message_id)}"
         )
-    store.request_replay(name)
+    return found
+
+
+class ReplayRequested(NamedTuple):
+    marked: list[tuple[Position, ShardUnit]]
+    """Each parked message asked for, and the shard whose leader replays it."""
+    leader_alive: bool
+
+
+def request_replay(
+    conn: psycopg.Connection[Any], name: str, target: Position | None = None
+) -> ReplayRequested:
+    """Ask for the subscription's parked messages (every one, or the one at `target`) to be
+    delivered again, ahead of the stream and without moving the checkpoint.
+
+    The request is a mark on each parked row: the leader of the message's shard replays the
+    marked rows at its next lease renewal, or, while none leads, the next leader does before
+    its first read. It stays until the replay ends (the row is deleted, or parked again), so
+    it outlives a seek and a leader's crash.
+    """
+    record = get(conn, name)
+    if record.kind is not None:
+        raise SubscriptionError(
+            f"subscription {quoted(name)} records a {record.kind} query's progress;"
+            " it parks nothing"
+        )
+    store = AdminStore(conn)
+    with conn.transaction():
+        marked = store.mark_for_replay(name, None if target is None else target.position)
+        if marked:
+            store.request_replay(name)
+    return ReplayRequested(marked, store.leader_alive(name))
 
 
 class ParkedRow(NamedTuple):
@@ -327,6 +369,8 @@ class ParkedRow(NamedTuple):
     parked_at: datetime.datetime
     shard: int
     """The message's shard under the current shard count (0 for a plain subscription)."""
+    replay_requested_at: datetime.datetime | None
+    """When a replay was asked for that its shard's leader has not carried out yet."""
 
 
 class ParkedMessage(NamedTuple):
@@ -373,9 +417,12 @@ def parked_message(conn: psycopg.Connection[Any], name: str, at: str) -> ParkedM
     return found
 
 
-def purge_parked(conn: psycopg.Connection[Any], name: str) -> int:
+def purge_parked(conn: psycopg.Connection[Any], name: str, target: Position | None = None) -> int:
+    """Drop the subscription's parked messages (every one, or the one at `target`) for good.
+    A replay of it that runs meanwhile delivers it once more at most: if that fails, the
+    message is not parked again (see TermWrites)."""
     get(conn, name)
-    return AdminStore(conn).purge_parked(name)
+    return AdminStore(conn).purge_parked(name, None if target is None else target.position)
 
 
 def find_message(

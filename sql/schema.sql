@@ -926,6 +926,10 @@ BEGIN
 END
 $grant$;
 
+-- `outbox parked replay` marks a parked row; its shard's leader replays the marked rows at its
+-- next lease renewal, or when it starts leading (0016).
+ALTER TABLE outbox.parked_messages ADD COLUMN replay_requested_at timestamptz NULL;
+
 -- The poller (0007) runs `outbox status`, which names what holds retention back (0016).
 DO $grant$
 DECLARE

@@ -1,5 +1,11 @@
-"""What operators were missing: `outbox status` for the poller role.
+"""What operators were missing: replays of one parked message that wait for a leader, and
+`outbox status` for the poller role.
 
+- `outbox.parked_messages.replay_requested_at`: `outbox parked replay` marks the rows to
+  deliver again (all of a subscription's, or one), and the leader of each row's shard replays
+  the marked rows when it next renews, or when it starts leading: a replay asked while no
+  daemon runs waits in the row instead of being refused. The leader deletes the row once the
+  message is handled, or parks it again (clearing the mark it read).
 - The poller role reads `outbox.retention_status`, the last thing `outbox status` reads that
   it could not.
 
@@ -13,6 +19,12 @@ revision = "0016"
 down_revision = "0015"
 branch_labels = None
 depends_on = None
+
+REPLAY_REQUESTS = """
+-- `outbox parked replay` marks a parked row; its shard's leader replays the marked rows at its
+-- next lease renewal, or when it starts leading (0016).
+ALTER TABLE outbox.parked_messages ADD COLUMN replay_requested_at timestamptz NULL;
+"""
 
 POLLER_READS_RETENTION = """
 -- The poller (0007) runs `outbox status`, which names what holds retention back (0016).
@@ -30,6 +42,7 @@ $grant$;
 
 
 def upgrade() -> None:
+    op.execute(REPLAY_REQUESTS)
     op.execute(
         POLLER_READS_RETENTION.format(statement="GRANT SELECT ON outbox.retention_status TO %I")
     )
@@ -39,3 +52,4 @@ def downgrade() -> None:
     op.execute(
         POLLER_READS_RETENTION.format(statement="REVOKE SELECT ON outbox.retention_status FROM %I")
     )
+    op.execute("ALTER TABLE outbox.parked_messages DROP COLUMN replay_requested_at")

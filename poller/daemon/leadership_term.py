@@ -107,7 +107,6 @@ class LeadershipTerm:
             self._consumers,
             self._carry_out,
             self._report,
-            record.replay_requests,
         )
         self._term_writes = TermWrites(
             record.subscription_id,

@@ -1,6 +1,7 @@
 """The operator's commands on values that used to break them, and the commands added for
 operators: `message show`, `db start/stop/status`, `parked purge`'s confirmation."""
 
+import json
 import os
 import re
 import shutil
@@ -119,6 +120,34 @@ def test_purge_asks_first_and_refuses_without_a_terminal(database_url: str) -> N
     purged = outbox_command(["parked", "purge", "billing", "--yes"], database_url)
     assert purged.returncode == 0, purged.stderr
     assert "purged 1 parked messages" in purged.stdout
+
+
+def test_replay_and_purge_take_one_parked_message_by_position_or_id(database_url: str) -> None:
+    create_subscription(database_url, "billing", "orders")
+    first, second, third = (park(database_url, "billing", "boom") for _ in range(3))
+    replayed = outbox_command(["parked", "replay", "billing", str(first)], database_url)
+    assert replayed.returncode == 0, replayed.stderr
+    assert re.fullmatch(
+        rf"billing: replay of the parked message at \d+:{first} requested; its leader replays"
+        r" it when a daemon next leads it\n",
+        replayed.stdout,
+    )
+    listed = json.loads(
+        outbox_command(["parked", "list", "billing", "--json"], database_url).stdout
+    )
+    requested = {row["position"]: row["replay_requested_at"] for row in listed}
+    assert requested[first] is not None
+    assert requested[second] is requested[third] is None
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT message_id FROM outbox.messages WHERE position = %s", (second,))
+        (message_id,) = row.fetchone() or ("",)
+    purged = outbox_command(
+        ["parked", "purge", "billing", "--id", message_id, "--yes"], database_url
+    )
+    assert purged.stdout == "purged 1 parked messages of billing\n", purged.stderr
+    with psycopg.connect(database_url) as conn:
+        left = conn.execute("SELECT position FROM outbox.parked_messages ORDER BY position")
+        assert [position for (position,) in left] == [first, third]
 
 
 def test_a_handler_module_in_the_current_directory_is_found(
