@@ -413,6 +413,30 @@ SELECT transaction_id::text::bigint, position FROM {table} WHERE consumer_name =
 -- Creates the partitions of outbox.messages needed up to partitions_ahead past the next position (attached, so writers are not blocked); returns their names.
 SELECT name FROM outbox.create_message_partitions(%(partition_size)s, %(partitions_ahead)s) AS name
 
+-- close_message_partition_by_age --
+-- Closes the partition taking the next position once its first message is older than the minimum age: the next position jumps to the partition made ahead (see outbox.close_message_partition_by_age); returns the closed partition's name, or null.
+SELECT outbox.close_message_partition_by_age(
+    %(minimum_age_seconds)s * interval '1 second', %(lock_wait_seconds)s * interval '1 second')
+
+-- partition_holders --
+-- Every partition, oldest first: its positions, message count and first message's append time, the next position to be handed out, the database's clock, and what holds it back under the minimum age (the first reason found: unfilled, subscription, spark, consumer, parked, minimum age; null columns: nothing) and since when.
+SELECT p.partition_name, p.first_position, p.end_position, counted.messages,
+       first_message.appended_at, outbox.next_message_position(), clock_timestamp(),
+       h.kind, h.holder, h.held_since
+FROM outbox.message_partitions() AS p
+LEFT JOIN LATERAL outbox.message_partition_holder(
+    p.first_position, p.end_position, %(minimum_age_seconds)s * interval '1 second') AS h ON true
+LEFT JOIN LATERAL (
+    SELECT m.appended_at FROM outbox.messages AS m
+    WHERE m.position >= p.first_position AND m.position < p.end_position
+    ORDER BY m.position LIMIT 1
+) AS first_message ON true
+CROSS JOIN LATERAL (
+    SELECT count(*) AS messages FROM outbox.messages AS m
+    WHERE m.position >= p.first_position AND m.position < p.end_position
+) AS counted
+ORDER BY p.first_position
+
 -- retirable_message_partitions --
 -- The partitions every subscription, consumer and parked message is done with and older than the minimum age, oldest first, with their message counts.
 SELECT partition_name, first_position, end_position, messages
