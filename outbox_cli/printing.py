@@ -6,6 +6,7 @@ characters are shown escaped (`\\x1b` as the four characters `\\x1b`), so a valu
 the operator's terminal.
 """
 
+import datetime
 import re
 import sys
 from typing import Any
@@ -29,6 +30,11 @@ def escaped(value: object) -> str:
 def cell(value: object) -> Text:
     """A table cell or a line for rich: literal text, never parsed as markup."""
     return Text(escaped(value))
+
+
+def time_text(at: datetime.datetime) -> str:
+    """A time to the second, with its offset: `2026-11-27 06:31:55+0000`."""
+    return f"{at:%Y-%m-%d %H:%M:%S%z}"
 
 
 def table(columns: tuple[str, ...], **options: Any) -> Table:

@@ -2,7 +2,7 @@
 
 import datetime
 
-from outbox_cli.printing import cell, console
+from outbox_cli.printing import cell, console, time_text
 from poller.store.retention_store import PartitionHolder, RetentionHolder
 
 _WHAT = {
@@ -49,12 +49,12 @@ def partition_line(partition: PartitionHolder, minimum_age: float) -> str:
         assert since is not None  # the newest message's append time
         until = since + datetime.timedelta(seconds=minimum_age)
         return (
-            f"{head}: kept for the minimum age ({minimum_age:g} s) until {_time(until)}: its"
-            f" newest message was appended {_time(since)}"
+            f"{head}: kept for the minimum age ({minimum_age:g} s) until {time_text(until)}: its"
+            f" newest message was appended {time_text(since)}"
         )
     if kind is None:
         return f"{head}: nothing holds it; it goes once the partitions before it have"
-    when = "" if since is None else f" since {_time(since)}"
+    when = "" if since is None else f" since {time_text(since)}"
     return f"{head}: held by {_WHAT.get(kind, kind)} {holder}{when}"
 
 
@@ -69,13 +69,9 @@ def _filling(partition: PartitionHolder, minimum_age: float) -> str:
     if first is None:
         return f"{filling}, empty"
     closes = first + datetime.timedelta(seconds=minimum_age)
-    when = "at the next retention pass" if closes <= partition.now else f"at {_time(closes)}"
+    when = "at the next retention pass" if closes <= partition.now else f"at {time_text(closes)}"
     return (
         f"{filling}; it closes by age {when}, when its first message (appended"
-        f" {_time(first)}) is older than the minimum age ({minimum_age:g} s), and goes once"
+        f" {time_text(first)}) is older than the minimum age ({minimum_age:g} s), and goes once"
         " passed"
     )
-
-
-def _time(at: datetime.datetime) -> str:
-    return f"{at:%Y-%m-%d %H:%M:%S%z}"

@@ -1,12 +1,10 @@
 """How `outbox status` reads on a terminal: one line per subscription, then the leader of each
 shard of the sharded ones."""
 
-import datetime
-
 from rich.table import Table
 
 from outbox.positions import readable
-from outbox_cli.printing import cell, console, table
+from outbox_cli.printing import cell, console, table, time_text
 from outbox_cli.shard_printing import leadership_text
 from poller.inspection import SubscriptionStatus
 from poller.store.records import Blocker
@@ -53,7 +51,7 @@ def _spark_text(row: SubscriptionStatus) -> str:
     leader, and an idle one is not stuck."""
     if row.last_batch_at is None:
         return "Spark query"
-    return f"Spark query, last batch {_time(row.last_batch_at)}"
+    return f"Spark query, last batch {time_text(row.last_batch_at)}"
 
 
 def _parked_text(row: SubscriptionStatus) -> str:
@@ -61,10 +59,6 @@ def _parked_text(row: SubscriptionStatus) -> str:
         return str(row.parked)
     age = "" if row.oldest_parked_age is None else f", {row.oldest_parked_age:.0f} s ago"
     return f"{row.parked} (oldest {readable(row.oldest_parked)}{age})"
-
-
-def _time(at: datetime.datetime) -> str:
-    return f"{at:%Y-%m-%d %H:%M:%S%z}"
 
 
 def _shard_leaders_table(rows: list[SubscriptionStatus]) -> Table:

@@ -336,25 +336,21 @@ def parked_replay(
     if not requested.marked:
         click.echo(f"{escaped(name)} has no parked messages to replay")
         return
-    when = "at its next lease renewal" if requested.leader_alive else "when a daemon next leads it"
+    sharded = any(shard.shard_count > 1 for _, shard in requested.marked)
     if target is None:
-        what = f"{len(requested.marked)} parked messages"
-        by = (
-            "each one's shard leader replays it"
-            if _sharded(requested)
-            else "its leader replays them"
-        )
+        what, them = f"{len(requested.marked)} parked messages", "them"
+        if sharded:
+            what += " (each by the leader of its shard)"
     else:
         ((at, shard),) = requested.marked
-        what = f"the parked message at {at}"
-        by = (
-            f"shard {shard}'s leader replays it" if _sharded(requested) else "its leader replays it"
-        )
-    click.echo(f"{escaped(name)}: replay of {what} requested; {by} {when}")
-
-
-def _sharded(requested: administration.ReplayRequested) -> bool:
-    return any(shard.shard_count > 1 for _, shard in requested.marked)
+        what, them = f"the parked message at {at}", "it"
+        if sharded:
+            what += f" (by the leader of shard {shard})"
+    if requested.leader_alive:
+        when = f"the leader replays {them} at its next lease renewal"
+    else:
+        when = f"no daemon leads {escaped(name)} now: the next leader replays {them} first"
+    click.echo(f"{escaped(name)}: replay of {what} requested; {when}")
 
 
 @parked.command("purge")

@@ -128,8 +128,8 @@ def test_replay_and_purge_take_one_parked_message_by_position_or_id(database_url
     replayed = outbox_command(["parked", "replay", "billing", str(first)], database_url)
     assert replayed.returncode == 0, replayed.stderr
     assert re.fullmatch(
-        rf"billing: replay of the parked message at \d+:{first} requested; its leader replays"
-        r" it when a daemon next leads it\n",
+        rf"billing: replay of the parked message at \d+:{first} requested; no daemon leads"
+        r" billing now: the next leader replays it first\n",
         replayed.stdout,
     )
     listed = json.loads(
