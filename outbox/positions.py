@@ -47,6 +47,16 @@ class Position(NamedTuple):
 START = Position(0, 0)
 
 
+def readable(at: Position) -> str:
+    """`at` for people: TX:POS, or `end of transaction TX` for the place after every row of
+    TX (`--from end`, a checkpoint at the safe frontier), whose POS is the largest bigint:
+    `755:9223372036854775807` in a log line reads as a corrupt number. Machines keep TX:POS
+    (`str(at)`), which `seek --to` and `--from` take either way."""
+    if at.position == MAX_PART:
+        return f"end of transaction {at.transaction_id}"
+    return str(at)
+
+
 def at_frontier(frontier: int) -> Position:
     """The place `--from end` means: past every row of every transaction below the safe
     frontier `frontier`, before every row of a transaction still running (which may commit

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from outbox.positions import readable
 from outbox_cli.context import CommandContext
 from outbox_cli.demo.live import CountingHandler
 from outbox_cli.demo.relay_round import relay_round_unavailable, relay_to_nats
@@ -114,19 +115,27 @@ def _show_progress(
     writers finished, so a broken daemon cannot hang the demo)."""
     tally: WriterTally | None = None
     settle_deadline = float("inf")
-    with Live(console=console, refresh_per_second=8) as live, psycopg.connect(url) as conn:
-        while True:
-            if writing.done() and tally is None:
-                tally = writing.result()
-                settle_deadline = time.monotonic() + 15
-            delivered = handler.snapshot()
-            committed = len(tally.committed) if tally else None
-            checkpoint = administration.get(conn, subscription).checkpoint
-            conn.commit()
-            live.update(_progress_table(committed, delivered, str(checkpoint)))
-            if tally and (set(delivered) >= tally.committed or time.monotonic() > settle_deadline):
-                return tally
-            time.sleep(0.125)
+    try:
+        with Live(console=console, refresh_per_second=8) as live, psycopg.connect(url) as conn:
+            while True:
+                if writing.done() and tally is None:
+                    tally = writing.result()
+                    settle_deadline = time.monotonic() + 15
+                delivered = handler.snapshot()
+                committed = len(tally.committed) if tally else None
+                checkpoint = administration.get(conn, subscription).checkpoint
+                conn.commit()
+                live.update(_progress_table(committed, delivered, readable(checkpoint)))
+                done = set(delivered) >= tally.committed if tally else False
+                if tally and (done or time.monotonic() > settle_deadline):
+                    return tally
+                time.sleep(0.125)
+    finally:
+        if not console.is_terminal:
+            # Rich ends a live display's last frame with a line break on a terminal only:
+            # the daemon's next log line (stderr, into the same file or pipe as stdout) was
+            # glued onto the table's bottom edge.
+            console.line()
 
 
 def _progress_table(committed: int | None, delivered: Counter[int], checkpoint: str) -> Table:

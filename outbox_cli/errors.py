@@ -1,8 +1,19 @@
 """Turning every error a command meets into one masked, escaped line and an exit code.
 
 The translation lives in one place, `OutboxGroup.invoke`, instead of a try/except in every
-command: 1 for a runtime error (the database, a missing subscription), 2 for a usage error (a
-value the user gave was refused). Anything unexpected still prints one line, not a traceback.
+command. One rule for every command:
+
+- 2, a usage error: the command as typed can never work, whatever the database holds. An
+  unknown command or option, a missing or contradicting option, a value malformed or out of
+  its range (a position, a count, a name, a time, a setting, a handler, a URL, a config
+  file), a confirmation the command cannot ask for (no terminal, no --yes). Nothing was done.
+- 1, a failure: the command was well formed but could not be done now. The database (cannot
+  connect, not migrated, an error), something named that does not exist (a subscription, a
+  message, a parked message), a state that refuses it (the name is taken, a change of the
+  shard count drains, a position not reached yet or already passed, retired messages), a
+  daemon that stopped with handlers still running, or anything unexpected.
+
+Anything unexpected still prints one line, not a traceback.
 """
 
 import logging
@@ -16,7 +27,7 @@ import pydantic
 from outbox.database_url import mask_password
 from outbox_cli.extras import missing_extra, needs_extra_line
 from outbox_cli.printing import escaped
-from poller.administration import SubscriptionError
+from poller.administration import RefusedValueError, SubscriptionError
 from poller.daemon.handlers import HandlerNotFoundError
 from poller.daemon.worker import NotPollableError
 from poller.store.restore_check import RestoredDatabaseError
@@ -78,6 +89,8 @@ def validation_text(error: pydantic.ValidationError, source: str) -> str:
 
 def translated(error: Exception) -> click.ClickException:
     """The CLI error for `error`; see the module docstring for the exit codes."""
+    if isinstance(error, RefusedValueError):
+        return CommandUsageError(str(error))
     if isinstance(
         error,
         DatabaseConnectionError | SubscriptionError | NotPollableError | RestoredDatabaseError,
@@ -113,6 +126,10 @@ class OutboxGroup(click.Group):
             # Click's own errors quote what the user typed; mask and escape that too.
             # (`message` is typed Final, but click formats the rest of its output around it.)
             setattr(error, "message", one_line(error.message))  # noqa: B010
+            if isinstance(error, CommandUsageError):
+                # Click attaches the command to a usage error raised inside it, and then prints
+                # its usage banner around the line; ours name the value and stay one line.
+                error.ctx = None
             raise
         except (click.exceptions.Exit, click.Abort):
             raise

@@ -17,7 +17,7 @@ from outbox.positions import Position
 from poller.administration import ParkedMessage, ParkedRow
 from poller.inspection import SubscriptionStatus
 from poller.store.records import SkipRequest, SubscriptionRecord
-from poller.store.shard_store import ShardStatus
+from poller.store.shard_store import ShardLeader, ShardStatus
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")
 
@@ -63,6 +63,25 @@ def status_document(row: SubscriptionStatus) -> dict[str, Any]:
         "shards_led": row.shards.led,
         "draining_shards": row.shards.draining_shard_count,
         "draining_shards_led": row.shards.draining_led,
+        "shard_leaders": [shard_leader_document(shard) for shard in row.shard_leaders],
+        "retrying": row.retrying,
+        "parked_messages": row.parked,
+        **position_fields("oldest_parked", row.oldest_parked),
+        "oldest_parked_age_seconds": row.oldest_parked_age,
+        "kind": row.kind or "subscription",
+        "last_batch_at": row.last_batch_at,
+    }
+
+
+def shard_leader_document(shard: ShardLeader) -> dict[str, Any]:
+    return {
+        "shard": shard.unit.shard,
+        "shard_count": shard.unit.shard_count,
+        "draining": shard.draining,
+        "leader_alive": shard.leader_alive,
+        "leader_host": shard.leader_host,
+        "leader_pid": shard.leader_pid,
+        "leader_since": shard.leader_since,
     }
 
 

@@ -2,9 +2,11 @@
 
 `outbox poll --log-format json` writes one JSON object per line, for log collectors: `time`
 (RFC 3339, UTC), `level`, `logger`, `message` (already masked), and where known
-`subscription`, `leader_token`, `position` (TX:POS), `epoch`, `message_id`, and `exception`
-(the traceback text). The daemon labels records with the subscription and term through
-poller.daemon.log_context and passes the rest with `extra=`.
+`subscription`, `shard` (`SHARD/COUNT`, `0/1` for a plain subscription), `leader_token`,
+`position` (TX:POS), `epoch`, `message_id`, and `exception` (the traceback text). The daemon
+labels records with the subscription, shard and term through poller.daemon.log_context and
+passes the rest with `extra=`. A text line names the shard after the logger (`[shard 2/4]`)
+when the subscription has several.
 """
 
 import datetime
@@ -18,7 +20,26 @@ DEFAULT_LOG_FORMAT = "text"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 # Context a record may carry (from LogContextFilter or `extra=`), in the order written.
-CONTEXT_FIELDS = ("subscription", "leader_token", "epoch", "position", "message_id")
+CONTEXT_FIELDS = ("subscription", "shard", "leader_token", "epoch", "position", "message_id")
+
+# The shard of a plain subscription (one shard): the text lines leave it out.
+_ONLY_SHARD = "0/1"
+
+
+class TextLogFormatter(logging.Formatter):
+    """TEXT_FORMAT, and `[shard 2/4]` after the logger for a record of one shard of several:
+    a process leading shards 0 and 2 of a subscription says the same words for both."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        shard = getattr(record, "shard", None)
+        if shard is None or shard == _ONLY_SHARD:
+            return super().formatMessage(record)
+        return (
+            f"{record.asctime} {record.levelname} {record.name} [shard {shard}]: {record.message}"
+        )
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -46,11 +67,11 @@ def log_handler() -> logging.Handler:
     picks how it writes."""
     handler = logging.StreamHandler()
     handler.addFilter(LogContextFilter())
-    handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(TextLogFormatter())
     return handler
 
 
 def use_log_format(log_format: str) -> None:
-    formatter = JsonLogFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    formatter = JsonLogFormatter() if log_format == "json" else TextLogFormatter()
     for handler in logging.getLogger().handlers:
         handler.setFormatter(formatter)

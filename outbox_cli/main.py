@@ -26,6 +26,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @click.group(cls=OutboxGroup)
+@click.version_option(package_name="outbox-poller", prog_name="outbox")
 @click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),

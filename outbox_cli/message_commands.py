@@ -17,22 +17,23 @@ def message() -> None:
 
 def _position(
     _context: click.Context, _parameter: click.Parameter, value: str | None
-) -> Position | None:
-    if value is None:
-        return None
-    try:
-        return Position.parse(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
+) -> Position | int | None:
+    """A usage error in one line (outbox_cli.errors), not click's banner around it."""
+    return None if value is None else administration.parse_place(value)
 
 
 @message.command("show")
 @click.argument("publication")
 @click.option("--id", "message_id", help="The message id given to append (or generated).")
-@click.option("--position", "at", callback=_position, help="TX:POS, as status and seek print it.")
+@click.option(
+    "--position",
+    "at",
+    callback=_position,
+    help="POS, as append returns it, or TX:POS, as status and seek print it.",
+)
 @click.pass_obj
 def show(
-    context: CommandContext, publication: str, message_id: str | None, at: Position | None
+    context: CommandContext, publication: str, message_id: str | None, at: Position | int | None
 ) -> None:
     """Print one message of PUBLICATION, found by --id or --position."""
     if (message_id is None) == (at is None):

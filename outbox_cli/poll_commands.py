@@ -20,9 +20,9 @@ from outbox_cli.first_connection import connect_when_up
 from outbox_cli.json_output import json_option, print_json, status_document
 from outbox_cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_format
 from outbox_cli.poll_config import read_poll_config
-from outbox_cli.printing import cell, checkpoint_text, console, table
+from outbox_cli.printing import cell, console
 from outbox_cli.retention_printing import print_oldest_holder
-from outbox_cli.shard_printing import leadership_text
+from outbox_cli.status_printing import print_status
 from poller import administration, inspection
 from poller.daemon import garbage_collection
 from poller.daemon.handlers import (
@@ -36,14 +36,11 @@ from poller.daemon.runner import run_daemon
 from poller.daemon.worker import check_pollable
 from poller.message import Message
 from poller.store import retention_store
-from poller.store.records import Blocker
 from poller.store.restore_check import ensure_not_restored
 
 # package.module:callable, each part an identifier: anything else (`../etc:passwd`, a relative
 # import) is refused before the import machinery sees it.
 _HANDLER_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-
-MISSING_PRIVILEGE = "unknown (needs pg_read_all_stats)"
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +77,11 @@ def daemon_command(config_keys: str) -> Callable[[Callable[..., Any]], Callable[
         for option in reversed(
             [
                 click.option(
-                    "--subscription", "subscriptions", multiple=True, help="Repeat for several."
+                    "--subscription",
+                    "subscriptions",
+                    multiple=True,
+                    # Not click's required=True: --config may list them instead.
+                    help="Repeat for several. [required, here or in --config]",
                 ),
                 click.option(
                     "--config",
@@ -103,7 +104,11 @@ def daemon_command(config_keys: str) -> Callable[[Callable[..., Any]], Callable[
 
 
 @click.command()
-@click.option("--handler", "handler_spec", help="package.module:callable")
+@click.option(
+    "--handler",
+    "handler_spec",
+    help="package.module:callable [required, here or in --config]",
+)
 @daemon_command("`handler`")
 @click.pass_obj
 def poll(
@@ -119,6 +124,10 @@ def poll(
 
     The current directory comes first on the import path, as with `python -m`, so a handler
     module beside you is found.
+
+    \b
+    Example (myapp/handlers.py defines `def on_order(message): ...`):
+      outbox poll --subscription billing --handler myapp.handlers:on_order
     """
     use_log_format(log_format)
     names = list(subscriptions)
@@ -194,37 +203,25 @@ def _handler(spec: str) -> Handler:
 @json_option
 @click.pass_obj
 def status(context: CommandContext, /, as_json: bool, retention_stale_after: float | None) -> None:
-    """Where every subscription stands (the view outbox.subscription_status), and what holds
-    retention back (outbox.retention_status).
+    """Where every subscription stands (the view outbox.subscription_status): its backlog,
+    leader, shards, blockers, retries and parked messages; then each shard's leader, and what
+    holds retention back (outbox.retention_status).
 
     Naming the sessions of other users that block a subscription needs pg_read_all_stats.
     """
-    columns = ("subscription", "publication", "checkpoint", "behind", "oldest undelivered")
-    listing = table((*columns, "leader", "shards", "blocked by"))
+    stale_after = DaemonOptions.retention_stale_after
+    if retention_stale_after is not None:
+        # Checked as the daemon checks it: a value it refuses is a usage error (exit 2).
+        stale_after = DaemonOptions(
+            retention_stale_after=retention_stale_after
+        ).retention_stale_after
     with context.connect() as conn:
         rows = inspection.status(conn)
         holders = retention_store.retention_holders(conn)
     if as_json:
         print_json([status_document(row) for row in rows])
         return
-    for row in rows:
-        leader = (
-            f"{row.leader_host} pid {row.leader_pid} since {row.leader_since:%H:%M:%S}"
-            if row.leader_alive and row.leader_since is not None
-            else "none"
-        )
-        age = row.oldest_undelivered_age
-        listing.add_row(
-            cell(row.subscription),
-            cell(row.publication),
-            cell(checkpoint_text(row.checkpoint)),
-            cell(row.messages_behind),
-            cell("-" if age is None else f"{age:.1f} s"),
-            cell(leader),
-            cell(leadership_text(row.shards)),
-            cell(_blocked_by(row)),
-        )
-    console().print(listing)
+    print_status(rows)
     for row in rows:
         if row.destination_unavailable is not None:
             console().print(
@@ -233,25 +230,4 @@ def status(context: CommandContext, /, as_json: bool, retention_stale_after: flo
                     f" retrying: {row.destination_unavailable}"
                 )
             )
-    stale_after = retention_stale_after or DaemonOptions.retention_stale_after
     print_oldest_holder(holders, stale_after)
-
-
-def _blocked_by(row: inspection.SubscriptionStatus) -> str:
-    if not row.hidden:
-        return "-"
-    if not row.blockers:
-        # Committed messages wait, yet no holder is visible: another user's session.
-        return MISSING_PRIVILEGE
-    return "; ".join(_blocker_text(blocker) for blocker in row.blockers)
-
-
-def _blocker_text(blocker: Blocker) -> str:
-    who = blocker.pid if blocker.pid is not None else blocker.application_name
-    age = None if blocker.transaction_age is None else f"{blocker.transaction_age:.0f} s"
-    fields = [blocker.database, blocker.user_name, blocker.state]
-    known = ", ".join(str(value) for value in fields if value is not None)
-    details = f"{known}, in transaction for {age}" if age is not None else known
-    if None in (*fields, age):
-        details += f"; {'the rest ' if details else ''}{MISSING_PRIVILEGE}"
-    return f"{blocker.kind} {who} ({details})"

@@ -6,6 +6,7 @@ characters are shown escaped (`\\x1b` as the four characters `\\x1b`), so a valu
 the operator's terminal.
 """
 
+import datetime
 import re
 import sys
 from typing import Any
@@ -13,9 +14,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-
-from outbox.positions import Position
-from poller.administration import MAX_POSITION
 
 # C0 and C1 controls, DEL, the line and paragraph separators and the bidirectional overrides
 # (which can make a name read backwards).
@@ -34,11 +32,9 @@ def cell(value: object) -> Text:
     return Text(escaped(value))
 
 
-def checkpoint_text(checkpoint: Position) -> str:
-    """TX:POS, or `end of TX` for the safe frontier's checkpoint (after every row of TX)."""
-    if checkpoint.position == MAX_POSITION:
-        return f"end of {checkpoint.transaction_id}"
-    return str(checkpoint)
+def time_text(at: datetime.datetime) -> str:
+    """A time to the second, with its offset: `2026-11-27 06:31:55+0000`."""
+    return f"{at:%Y-%m-%d %H:%M:%S%z}"
 
 
 def table(columns: tuple[str, ...], **options: Any) -> Table:

@@ -8,7 +8,7 @@ from outbox_cli.context import CommandContext
 from outbox_cli.errors import CommandError
 from outbox_cli.poll_commands import options_of
 from outbox_cli.printing import cell, console
-from outbox_cli.retention_printing import print_oldest_holder
+from outbox_cli.retention_printing import partition_line, print_oldest_holder
 from poller.daemon.options import DaemonOptions, retention_fields
 from poller.daemon.retention import retention_pass
 from poller.store import retention_store
@@ -36,6 +36,17 @@ def prune(context: CommandContext, /, dry_run: bool, **option_values: float | No
         if not done.ran:
             raise CommandError("another process is running retention now; try again later")
         holders = retention_store.retention_holders(conn)
+        minimum_age = options.retention_minimum_age
+        partitions = retention_store.partition_holders(conn, minimum_age) if dry_run else []
+    if done.closed.partition is not None:
+        out.print(
+            cell(
+                f"closed {done.closed.partition} by age: new messages go to the next partition,"
+                " and it is retired once passed"
+            )
+        )
+    if done.closed.busy:
+        out.print(cell("not closed by age now: writers held the lock too long; run prune again"))
     for name in done.created:
         out.print(cell(f"created partition {name}"))
     for attempt in done.retired:
@@ -48,4 +59,6 @@ def prune(context: CommandContext, /, dry_run: bool, **option_values: float | No
         )
     if not done.retired:
         out.print(cell("nothing to retire"))
+    for partition in partitions:  # a dry run's: what holds each one, oldest first
+        out.print(cell(partition_line(partition, minimum_age)))
     print_oldest_holder(holders, options.retention_stale_after)

@@ -17,7 +17,7 @@ from outbox_cli.poll_config import read_poll_config
     "--to",
     "url",
     help="Where to publish: nats://, redis://, amqp://, http(s):// with the target's settings"
-    " as query parameters (README: Relays).",
+    " as query parameters (README: Relays). [required, here or in --config]",
 )
 @click.option(
     "--declare",
@@ -42,6 +42,10 @@ def relay(
     A message is finished only once the broker confirmed it. While the broker is down or
     misses what --to names, the relay retries with backoff and parks nothing; a message the
     broker refuses for good is parked with the broker's reason.
+
+    \b
+    Example:
+      outbox relay --subscription to-nats --to 'nats://127.0.0.1:4222?subject=orders.{message_type}'
     """
     use_log_format(log_format)
     names = list(subscriptions)

@@ -1,7 +1,9 @@
 """The lines that say what holds retention back, for `outbox status` and `outbox prune`."""
 
-from outbox_cli.printing import cell, console
-from poller.store.retention_store import RetentionHolder
+import datetime
+
+from outbox_cli.printing import cell, console, time_text
+from poller.store.retention_store import PartitionHolder, RetentionHolder
 
 _WHAT = {
     "subscription": "subscription",
@@ -32,3 +34,44 @@ def print_oldest_holder(holders: list[RetentionHolder], stale_after: float) -> N
     """The holder of the oldest held partition is the one that holds retention back."""
     if holders:
         console().print(cell(holder_line(holders[0], stale_after)))
+
+
+def partition_line(partition: PartitionHolder, minimum_age: float) -> str:
+    """One partition, as `outbox prune --dry-run` explains it: what keeps it, or that nothing
+    does, and when that ends where the clock decides (the minimum age, closing by age)."""
+    p = partition.partition
+    count = "1 message" if p.messages == 1 else f"{p.messages} messages"
+    head = f"{p.name} (positions {p.first_position} to {p.end_position - 1}, {count})"
+    kind, holder, since = partition.kind, partition.holder, partition.held_since
+    if kind == "unfilled":
+        return f"{head}: {_filling(partition, minimum_age)}"
+    if kind == "minimum age":
+        assert since is not None  # the newest message's append time
+        until = since + datetime.timedelta(seconds=minimum_age)
+        return (
+            f"{head}: kept for the minimum age ({minimum_age:g} s) until {time_text(until)}: its"
+            f" newest message was appended {time_text(since)}"
+        )
+    if kind is None:
+        return f"{head}: nothing holds it; it goes once the partitions before it have"
+    when = "" if since is None else f" since {time_text(since)}"
+    return f"{head}: held by {_WHAT.get(kind, kind)} {holder}{when}"
+
+
+def _filling(partition: PartitionHolder, minimum_age: float) -> str:
+    """A partition that still takes positions: the one the next position falls in (it closes
+    by age once its first message is older than the minimum age), or one made ahead."""
+    p = partition.partition
+    if partition.next_position < p.first_position:
+        return "made ahead, empty"
+    first = partition.first_appended_at
+    filling = f"filling (the next position is {partition.next_position})"
+    if first is None:
+        return f"{filling}, empty"
+    closes = first + datetime.timedelta(seconds=minimum_age)
+    when = "at the next retention pass" if closes <= partition.now else f"at {time_text(closes)}"
+    return (
+        f"{filling}; it closes by age {when}, when its first message (appended"
+        f" {time_text(first)}) is older than the minimum age ({minimum_age:g} s), and goes once"
+        " passed"
+    )

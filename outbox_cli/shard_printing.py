@@ -2,7 +2,8 @@
 
 from rich.table import Table
 
-from outbox_cli.printing import cell, checkpoint_text, table
+from outbox.positions import readable
+from outbox_cli.printing import cell, table
 from poller.membership import Layout
 from poller.store.shard_store import ShardLeadership, ShardStatus
 
@@ -20,7 +21,9 @@ def layout_text(layout: Layout) -> str:
     """`4`, or `2 (4 draining up to TX:POS)` during a change from 4 shards to 2."""
     if layout.draining_shard_count is None:
         return str(layout.shard_count)
-    return f"{layout.shard_count} ({layout.draining_shard_count} draining up to {layout.barrier})"
+    assert layout.barrier is not None  # a draining layout has its barrier
+    barrier = readable(layout.barrier)
+    return f"{layout.shard_count} ({layout.draining_shard_count} draining up to {barrier})"
 
 
 def shard_table(shards: list[ShardStatus]) -> Table:
@@ -31,7 +34,7 @@ def shard_table(shards: list[ShardStatus]) -> Table:
         leader = "-" if shard.leader_host is None else f"{shard.leader_host} pid {shard.leader_pid}"
         shown.add_row(
             cell(f"{unit} draining" if shard.draining else unit),
-            cell(checkpoint_text(shard.checkpoint)),
+            cell(readable(shard.checkpoint)),
             cell(shard.messages_behind),
             cell(leader),
             cell("yes" if shard.leader_alive else "no"),

@@ -2,6 +2,7 @@
 
 import click
 
+from outbox.positions import readable
 from outbox_cli.context import CommandContext
 from outbox_cli.printing import escaped
 from poller import administration
@@ -23,8 +24,9 @@ def skip(context: CommandContext, name: str, to: str) -> None:
     if outcome.pending != outcome.requested:
         pending, requested = outcome.pending, outcome.requested
         click.echo(
-            f"{escaped(name)}: a skip to {pending} is already pending; it covers {requested}"
+            f"{escaped(name)}: a skip to {readable(pending)} is already pending;"
+            f" it covers {readable(requested)}"
         )
         return
     when = "at its next lease renewal" if outcome.leader_alive else "when a daemon next leads it"
-    click.echo(f"{escaped(name)}: skip to {outcome.requested} requested; applied {when}")
+    click.echo(f"{escaped(name)}: skip to {readable(outcome.requested)} requested; applied {when}")

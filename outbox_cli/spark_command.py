@@ -52,7 +52,8 @@ def run(context: CommandContext, master: str, job: str, job_arguments: tuple[str
     from outbox_spark.spark_session import outbox_session
 
     try:
-        module = load_job(job)
+        # `message_type_counts`, as its module is named, is the job `message-type-counts`.
+        module = load_job(job.replace("_", "-"))
     except KeyError as error:
         raise click.BadParameter(str(error.args[0]), param_hint="JOB") from None
     arguments = module.argument_parser().parse_args(job_arguments)

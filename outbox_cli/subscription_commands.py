@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
+from outbox.positions import readable
 from outbox.shards import MAX_SHARDS
 from outbox_cli.context import CommandContext
-from outbox_cli.errors import CommandError, CommandUsageError
+from outbox_cli.errors import CommandUsageError
 from outbox_cli.json_output import (
     json_option,
     parked_document,
@@ -18,7 +19,7 @@ from outbox_cli.json_output import (
     print_json,
     subscription_document,
 )
-from outbox_cli.printing import cell, checkpoint_text, console, escaped, table
+from outbox_cli.printing import cell, console, escaped, table
 from outbox_cli.shard_printing import layout_text, shard_table
 from poller import administration, inspection, shard_administration
 from poller.administration import quoted
@@ -85,7 +86,8 @@ def create(
     with context.connect() as conn:
         at = administration.create(conn, name, publication, start, chosen_settings(values), shards)
     of = f" ({shards} shards)" if shards > 1 else ""
-    click.echo(f"created {escaped(name)} on {escaped(publication)}{of}, starting after {at}")
+    after = readable(at)
+    click.echo(f"created {escaped(name)} on {escaped(publication)}{of}, starting after {after}")
 
 
 @subscription.command("update")
@@ -119,7 +121,8 @@ def _shard_change_text(name: str, change: ShardChange) -> str:
     drain = "the old shard delivers" if old == 1 else f"the {old} old shards deliver"
     then = "the new shard starts" if new == 1 else "the new ones start"
     return (
-        f"{escaped(name)}: {_shards(old)} -> {_shards(new)}; {drain} up to {change.barrier},"
+        f"{escaped(name)}: {_shards(old)} -> {_shards(new)}; {drain} up to"
+        f" {readable(change.barrier)},"
         f" then {then} after it (`outbox subscription show` follows the change)"
     )
 
@@ -143,7 +146,7 @@ def list_subscriptions(context: CommandContext, as_json: bool) -> None:
         listing.add_row(
             cell(record.subscription_id),
             cell(record.publication),
-            cell(checkpoint_text(record.checkpoint)),
+            cell(readable(record.checkpoint)),
             cell(record.epoch),
             cell(layout_text(record.layout)),
             cell(_settings_text(record.stored_settings) or "defaults"),
@@ -171,7 +174,7 @@ def show(context: CommandContext, name: str, as_json: bool) -> None:
         if field.endswith(("_transaction_id", "_position")) or field == "shard_status":
             continue  # the TX:POS field says it; the shards get a table of their own
         if field == "checkpoint":
-            value = checkpoint_text(record.checkpoint)
+            value = readable(record.checkpoint)
         elif isinstance(value, dict):
             value = _settings_text(value) or "defaults"
         shown.add_row(cell(field.replace("_", " ")), cell("-" if value is None else value))
@@ -243,7 +246,7 @@ def seek(
         else:
             assert to is not None
             at, epoch = administration.seek(conn, name, to)
-    click.echo(f"{escaped(name)} now after {at} (epoch {epoch})")
+    click.echo(f"{escaped(name)} now after {readable(at)} (epoch {epoch})")
 
 
 @click.group()
@@ -264,9 +267,9 @@ def parked_list(context: CommandContext, name: str, limit: int, as_json: bool) -
         print_json([parked_document(row) for row in rows])
         return
     columns = ("position", "transaction", "type", "message id", "attempts", "error", "parked")
-    listing = table((*columns, "shard"))
+    listing = table((*columns, "shard", "replay requested"))
     for row in rows:
-        listing.add_row(*(cell(value) for value in row))
+        listing.add_row(*(cell("-" if value is None else value) for value in row))
     console().print(listing)
 
 
@@ -299,32 +302,79 @@ def _or_dash(value: object) -> object:
     return "-" if value is None else value
 
 
+def parked_target(command: Callable[..., Any]) -> Callable[..., Any]:
+    """NAME, then an optional POSITION or --id: one parked message, or every one."""
+    for decorate in reversed(
+        [
+            click.argument("name"),
+            click.argument("position", required=False),
+            click.option(
+                "--id", "message_id", help="The parked message with this message id, instead."
+            ),
+        ]
+    ):
+        command = decorate(command)
+    return command
+
+
 @parked.command("replay")
-@click.argument("name")
+@parked_target
 @click.pass_obj
-def parked_replay(context: CommandContext, name: str) -> None:
-    """Ask the running daemon to re-deliver parked messages (ahead of new ones)."""
+def parked_replay(
+    context: CommandContext, name: str, position: str | None, message_id: str | None
+) -> None:
+    """Deliver parked messages again, ahead of new ones: every one, or the one at POSITION
+    (POS or TX:POS) or with --id.
+
+    The leader of each message's shard replays it at its next lease renewal; while no daemon
+    runs, the next leader does before its first read. A replay outlives a seek; one that fails
+    parks the message again.
+    """
     with context.connect() as conn:
-        administration.request_replay(conn, name)
-    click.echo(f"replay of {escaped(name)}'s parked messages requested")
+        target = administration.parked_target(conn, name, position, message_id)
+        requested = administration.request_replay(conn, name, target)
+    if not requested.marked:
+        click.echo(f"{escaped(name)} has no parked messages to replay")
+        return
+    sharded = any(shard.shard_count > 1 for _, shard in requested.marked)
+    if target is None:
+        what, them = f"{len(requested.marked)} parked messages", "them"
+        if sharded:
+            what += " (each by the leader of its shard)"
+    else:
+        ((at, shard),) = requested.marked
+        what, them = f"the parked message at {at}", "it"
+        if sharded:
+            what += f" (by the leader of shard {shard})"
+    if requested.leader_alive:
+        when = f"the leader replays {them} at its next lease renewal"
+    else:
+        when = f"no daemon leads {escaped(name)} now: the next leader replays {them} first"
+    click.echo(f"{escaped(name)}: replay of {what} requested; {when}")
 
 
 @parked.command("purge")
-@click.argument("name")
+@parked_target
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
-def parked_purge(context: CommandContext, name: str, yes: bool) -> None:
-    """Drop parked messages for good (asks first unless --yes)."""
+def parked_purge(
+    context: CommandContext, name: str, position: str | None, message_id: str | None, yes: bool
+) -> None:
+    """Drop parked messages for good: every one, or the one at POSITION (POS or TX:POS) or
+    with --id (asks first unless --yes)."""
     with context.connect() as conn:
-        administration.get(conn, name)  # a missing subscription is an error before any question
+        # A missing subscription or message is an error before any question.
+        target = administration.parked_target(conn, name, position, message_id)
+        what = "every parked message" if target is None else f"the parked message at {target}"
         if not yes:
-            _confirm(f"drop every parked message of {escaped(name)} for good?")
-        count = administration.purge_parked(conn, name)
+            _confirm(f"drop {what} of {escaped(name)} for good?")
+        count = administration.purge_parked(conn, name, target)
     click.echo(f"purged {count} parked messages of {escaped(name)}")
 
 
 def _confirm(question: str) -> None:
-    # Without a terminal nobody can answer: refuse rather than purge or hang on a pipe.
+    # Without a terminal nobody can answer: refuse rather than purge or hang on a pipe. A
+    # usage error: the command as typed cannot run here.
     if not sys.stdin.isatty():
-        raise CommandError("refusing to purge without confirmation: pass --yes (no terminal)")
+        raise CommandUsageError("refusing to purge without confirmation: pass --yes (no terminal)")
     click.confirm(question, abort=True)

@@ -12,7 +12,7 @@ import click
 
 from outbox.positions import Position
 from outbox_cli.context import CommandContext
-from outbox_cli.tail.plain import print_lines
+from outbox_cli.tail.plain import print_lines, until_the_reader_leaves
 from poller import Checkpoint, subscribe
 
 if TYPE_CHECKING:
@@ -83,9 +83,18 @@ def tail(
 
 
 async def _print_plain(events: AsyncGenerator[Event]) -> None:
+    """Print until the subscription ends or the pipe's reader goes, whichever comes first."""
+    printing = asyncio.ensure_future(print_lines(events, lambda line: print(line, flush=True)))
+    watching = asyncio.ensure_future(until_the_reader_leaves(sys.stdout.fileno()))
     try:
-        await print_lines(events, lambda line: print(line, flush=True))
+        await asyncio.wait({printing, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if watching.done():
+            raise BrokenPipeError("the reader of the tail's output has gone")
+        printing.result()
     finally:
+        for task in (printing, watching):
+            task.cancel()
+        await asyncio.gather(printing, watching, return_exceptions=True)
         await events.aclose()
 
 

@@ -12,8 +12,9 @@ from typing import Any, NamedTuple
 import psycopg
 
 from outbox.messages import check_name
-from outbox.positions import MAX_PART, START, Position, at_frontier
+from outbox.positions import MAX_PART, START, Position, at_frontier, readable
 from outbox.shards import MAX_SHARDS
+from poller.membership import ShardUnit
 from poller.message import Message
 from poller.store.admin_store import AdminStore
 from poller.store.message_reads import message_from_row, safe_frontier
@@ -32,7 +33,13 @@ _QUOTED_LIMIT = 80
 
 
 class SubscriptionError(ValueError):
-    """An operator asked for something that cannot be done; the message says why."""
+    """An operator asked for something that cannot be done now; the message says why (a
+    missing subscription, a position the database refuses, a change while one drains)."""
+
+
+class RefusedValueError(SubscriptionError):
+    """A value refused for its form alone (not TX:POS, out of range): whatever the database
+    holds, the command as typed can never work. The CLI exits 2 for it, 1 for the others."""
 
 
 def quoted(value: str) -> str:
@@ -54,7 +61,7 @@ def resolve_start(conn: psycopg.Connection[Any], start: str, option: str = "--fr
         at = Position.parse(start)
     except ValueError as error:
         reason = "out of range" if "out of range" in str(error) else "not start, end or TX:POS"
-        raise SubscriptionError(
+        raise RefusedValueError(
             f"{option} {quoted(start)} is {reason} (TX and POS are each at most {MAX_PART})"
         ) from None
     next_id = AdminStore(conn).next_transaction_id()
@@ -70,7 +77,7 @@ def resolve_start(conn: psycopg.Connection[Any], start: str, option: str = "--fr
 
 def check_shard_count(shards: int) -> None:
     if not 1 <= shards <= MAX_SHARDS:
-        raise SubscriptionError(f"--shards {shards} is not a shard count from 1 to {MAX_SHARDS}")
+        raise RefusedValueError(f"--shards {shards} is not a shard count from 1 to {MAX_SHARDS}")
 
 
 def create(
@@ -133,13 +140,13 @@ def refuse_while_draining(record: SubscriptionRecord, refused: str) -> None:
     the old shards back behind the barrier while new ones may already run after it, and a
     second change would need a barrier of its own before this one's has been reached."""
     layout = record.layout
-    if layout.draining_shard_count is None:
+    if layout.draining_shard_count is None or layout.barrier is None:
         return
     name = record.subscription_id
     raise SubscriptionError(
         f"{refused}: a change of {quoted(name)} to {layout.shard_count} shards is still"
         f" draining (its {layout.draining_shard_count} old shards deliver up to"
-        f" {layout.barrier}); see it with `outbox subscription show {shlex.quote(name)}`"
+        f" {readable(layout.barrier)}); see it with `outbox subscription show {shlex.quote(name)}`"
         " and try again once it has ended"
     )
 
@@ -286,7 +293,7 @@ def request_skip(conn: psycopg.Connection[Any], name: str, to: str) -> SkipReque
         if pending is None or not at > checkpoint:
             raise SubscriptionError(
                 f"--to {quoted(to)}: {quoted(name)} is already past it (checkpoint"
-                f" {checkpoint}); nothing to skip"
+                f" {readable(checkpoint)}); nothing to skip"
             )
         return SkipRequested(at, pending.to, store.leader_alive(name))
     return SkipRequested(at, at, store.leader_alive(name))
@@ -297,16 +304,57 @@ def skip_request(conn: psycopg.Connection[Any], name: str) -> SkipRequest | None
     return AdminStore(conn).skip_request(_checked_lookup(name))
 
 
-def request_replay(conn: psycopg.Connection[Any], name: str) -> None:
-    """A running leader re-delivers the parked messages; the request is for that leader, so
-    without one it would wait unseen (a new leader starts from the stored request count)."""
+def parked_target(
+    conn: psycopg.Connection[Any], name: str, at: str | None, message_id: str | None
+) -> Position | None:
+    """The parked message an operator names, by its place (POS or TX:POS) or by its message
+    id in the subscription's publication; None when neither is given: every one."""
+    if at is not None and message_id is not None:
+        raise RefusedValueError("give a parked message's POSITION or its --id, not both")
+    if at is not None:
+        return parked_message(conn, name, at).message.at
     get(conn, name)
-    store = AdminStore(conn)
-    if not store.leader_alive(name):
+    if message_id is None:
+        return None
+    found = (
+        None if "\x00" in message_id else AdminStore(conn).parked_position_by_id(name, message_id)
+    )
+    if found is None:
         raise SubscriptionError(
-            f"no daemon leads {quoted(name)}: start `outbox poll --subscription NAME` first"
+            f"subscription {quoted(name)} has no parked message with id {quoted(message_id)}"
         )
-    store.request_replay(name)
+    return found
+
+
+class ReplayRequested(NamedTuple):
+    marked: list[tuple[Position, ShardUnit]]
+    """Each parked message asked for, and the shard whose leader replays it."""
+    leader_alive: bool
+
+
+def request_replay(
+    conn: psycopg.Connection[Any], name: str, target: Position | None = None
+) -> ReplayRequested:
+    """Ask for the subscription's parked messages (every one, or the one at `target`) to be
+    delivered again, ahead of the stream and without moving the checkpoint.
+
+    The request is a mark on each parked row: the leader of the message's shard replays the
+    marked rows at its next lease renewal, or, while none leads, the next leader does before
+    its first read. It stays until the replay ends (the row is deleted, or parked again), so
+    it outlives a seek and a leader's crash.
+    """
+    record = get(conn, name)
+    if record.kind is not None:
+        raise SubscriptionError(
+            f"subscription {quoted(name)} records a {record.kind} query's progress;"
+            " it parks nothing"
+        )
+    store = AdminStore(conn)
+    with conn.transaction():
+        marked = store.mark_for_replay(name, None if target is None else target.position)
+        if marked:
+            store.request_replay(name)
+    return ReplayRequested(marked, store.leader_alive(name))
 
 
 class ParkedRow(NamedTuple):
@@ -321,6 +369,8 @@ class ParkedRow(NamedTuple):
     parked_at: datetime.datetime
     shard: int
     """The message's shard under the current shard count (0 for a plain subscription)."""
+    replay_requested_at: datetime.datetime | None
+    """When a replay was asked for that its shard's leader has not carried out yet."""
 
 
 class ParkedMessage(NamedTuple):
@@ -335,27 +385,44 @@ def list_parked(conn: psycopg.Connection[Any], name: str, limit: int) -> list[Pa
     return [ParkedRow(*row) for row in AdminStore(conn).parked(name, limit)]
 
 
+def parse_place(text: str) -> Position | int:
+    """A message's place as an operator types it: POS alone (what `outbox.append` returns;
+    positions are unique), or TX:POS (what status, seek and `parked list` print)."""
+    try:
+        if ":" in text:
+            return Position.parse(text)
+        if text.isascii() and text.isdigit() and 0 < int(text) <= MAX_PART:
+            return int(text)
+    except ValueError:
+        pass
+    raise RefusedValueError(
+        f"position {quoted(text)} is not POS or TX:POS (each at most {MAX_PART})"
+    )
+
+
+def _position_number(place: Position | int) -> int:
+    return place if isinstance(place, int) else place.position
+
+
 def parked_message(conn: psycopg.Connection[Any], name: str, at: str) -> ParkedMessage:
     """The parked message at `at`: POS, or TX:POS as `parked list` and status print it."""
+    place = parse_place(at)
     get(conn, name)
-    try:
-        wanted = Position.parse(at) if ":" in at else Position(0, int(at))
-        if not 0 < wanted.position <= MAX_PART:
-            raise ValueError("out of range")
-    except ValueError:
-        raise SubscriptionError(f"position {quoted(at)} is not POS or TX:POS") from None
-    row = AdminStore(conn).parked_message(name, wanted.position)
+    row = AdminStore(conn).parked_message(name, _position_number(place))
     found = None if row is None else ParkedMessage(message_from_row(row[:-3]), *row[-3:])
-    if found is None or (":" in at and found.message.at != wanted):
+    if found is None or (isinstance(place, Position) and found.message.at != place):
         raise SubscriptionError(
             f"subscription {quoted(name)} has no parked message at {quoted(at)}"
         )
     return found
 
 
-def purge_parked(conn: psycopg.Connection[Any], name: str) -> int:
+def purge_parked(conn: psycopg.Connection[Any], name: str, target: Position | None = None) -> int:
+    """Drop the subscription's parked messages (every one, or the one at `target`) for good.
+    A replay of it that runs meanwhile delivers it once more at most: if that fails, the
+    message is not parked again (see TermWrites)."""
     get(conn, name)
-    return AdminStore(conn).purge_parked(name)
+    return AdminStore(conn).purge_parked(name, None if target is None else target.position)
 
 
 def find_message(
@@ -363,14 +430,16 @@ def find_message(
     publication: str,
     *,
     message_id: str | None = None,
-    at: Position | None = None,
+    at: Position | int | None = None,
 ) -> Message:
-    """One message by its id or by its place in delivery order (exactly one of the two)."""
+    """One message by its id or by its place: TX:POS, or POS alone (exactly one of the two)."""
     store = AdminStore(conn)
     if "\x00" in publication + (message_id or ""):
         row = None
     elif message_id is not None:
         row = store.message_by_id(publication, message_id)
+    elif isinstance(at, int):
+        row = store.message_by_position(publication, at)
     else:
         assert at is not None
         row = store.message_at(publication, at)

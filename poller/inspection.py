@@ -10,7 +10,13 @@ from outbox.positions import Position
 from poller.administration import get
 from poller.store.admin_store import AdminStore
 from poller.store.records import Blocker
-from poller.store.shard_store import ShardLeadership, ShardStatus, shard_leadership, shard_statuses
+from poller.store.shard_store import (
+    ShardLeader,
+    ShardLeadership,
+    ShardStatus,
+    shard_leaders,
+    shard_statuses,
+)
 
 
 class SubscriptionStatus(NamedTuple):
@@ -31,16 +37,30 @@ class SubscriptionStatus(NamedTuple):
     """Why the leader's handler cannot deliver now (a relay's broker is down), if it cannot."""
     shards: ShardLeadership
     """Its shard count (and the draining one) and how many of each a process leads."""
+    shard_leaders: list[ShardLeader]
+    """Each shard and its leader (a plain subscription: its one shard), draining ones first."""
+    retrying: int
+    """Messages backing off before their next attempt, as the live leaders last wrote."""
+    parked: int
+    oldest_parked: Position | None
+    """The message parked longest ago (None when none is)."""
+    oldest_parked_age: float | None
+    kind: str | None
+    """None for a subscription `outbox poll` delivers; "spark" for a Spark query's progress."""
+    last_batch_at: datetime.datetime | None
+    """A Spark query's row: when it last recorded a batch (or started)."""
 
 
 def status(conn: psycopg.Connection[Any]) -> list[SubscriptionStatus]:
     store = AdminStore(conn)
     rows = store.status()
-    leadership = shard_leadership(conn)  # after: every subscription of `rows` but a deleted one
+    leaders = shard_leaders(conn)  # after: every subscription of `rows` but a deleted one
     result = []
     for row in rows:
-        name, publication, tx, pos, behind, age, host, pid, since, alive, hidden_tx, problem = row
+        (name, publication, tx, pos, behind, age, host, pid, since, alive, hidden_tx, problem,
+         retrying, parked, parked_tx, parked_pos, parked_age, kind, updated_at) = row  # fmt: skip
         blockers = [] if hidden_tx is None else store.blockers_before(hidden_tx)
+        shards = leaders.get(name, [])
         result.append(
             SubscriptionStatus(
                 name,
@@ -55,7 +75,14 @@ def status(conn: psycopg.Connection[Any]) -> list[SubscriptionStatus]:
                 hidden_tx is not None,
                 [Blocker(*blocker) for blocker in blockers],
                 problem,
-                leadership.get(name, ShardLeadership(1, None, 0, 0)),
+                ShardLeadership.of(shards),
+                shards,
+                retrying,
+                parked,
+                None if parked_tx is None else Position(parked_tx, parked_pos),
+                parked_age,
+                kind,
+                updated_at if kind is not None else None,
             )
         )
     return result

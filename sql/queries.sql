@@ -227,14 +227,14 @@ WHERE transaction_id < %(transaction_id)s::text::xid8
 ORDER BY transaction_start
 
 -- park_message --
--- Records a message the subscription gave up on, only for the current leader (fencing token) and, for a stream message, in the epoch the park was decided in (a replay passes a null epoch: replays outlive seeks); a repeated park updates the row; returns the attempts in all. FOR SHARE makes a takeover or a seek wait for this write, or this write see theirs.
+-- Records a stream message the subscription gave up on, only for the current leader (fencing token) and in the epoch the park was decided in; a repeated park (a seek re-read it) updates the row and keeps a replay request on it; returns the attempts in all. FOR SHARE makes a takeover or a seek wait for this write, or this write see theirs.
 WITH fenced AS (
     SELECT s.subscription_id
     FROM outbox.subscription_leaders AS l
     JOIN outbox.subscriptions AS s ON s.subscription_id = l.subscription_id
     WHERE l.subscription_id = %(subscription)s AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
       AND l.token = %(token)s AND l.holder = %(holder)s
-      AND (%(epoch)s::bigint IS NULL OR s.epoch = %(epoch)s::bigint)
+      AND s.epoch = %(epoch)s
     FOR SHARE OF l, s
 )
 INSERT INTO outbox.parked_messages (subscription_id, position, transaction_id, attempts, last_error)
@@ -244,6 +244,22 @@ ON CONFLICT (subscription_id, position) DO UPDATE
 SET attempts = outbox.parked_messages.attempts + excluded.attempts,
     last_error = excluded.last_error, parked_at = now()
 RETURNING attempts
+
+-- repark_replayed_message --
+-- Parks a replayed message again (its replay failed), only for the current leader (fencing token, locked as in park_message), whatever the epoch (replays outlive seeks): the row's attempts grow by the replay's, and the replay request it read is cleared (one made while the replay ran stays, so that replay follows). No row, and nothing written, when the row is gone: an operator purged it while it was replayed. Returns the attempts in all.
+WITH fenced AS (
+    SELECT l.subscription_id FROM outbox.subscription_leaders AS l
+    WHERE l.subscription_id = %(subscription)s AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
+      AND l.token = %(token)s AND l.holder = %(holder)s
+    FOR SHARE
+)
+UPDATE outbox.parked_messages AS p
+SET attempts = p.attempts + %(attempts)s, last_error = %(last_error)s, parked_at = now(),
+    replay_requested_at = CASE WHEN p.replay_requested_at <= %(replay_requested_at)s THEN NULL
+                               ELSE p.replay_requested_at END
+FROM fenced
+WHERE p.subscription_id = fenced.subscription_id AND p.position = %(position)s
+RETURNING p.attempts
 
 -- unpark_message --
 -- Deletes a parked row once its replay was acknowledged, only for the current leader (fencing token, locked as in park_message), and only the row that replay read: if the position was parked again meanwhile (a seek re-read it and it failed again), that newer row stays.
@@ -268,10 +284,10 @@ WHERE l.subscription_id = %(subscription)s AND l.shard_count = %(shard_count)s A
 RETURNING 1
 
 -- list_parked --
--- A subscription's parked messages with their type and error, oldest position first, each with its shard under the current shard count (the shard whose leader replays it).
+-- A subscription's parked messages with their type and error, oldest position first, each with its shard under the current shard count (the shard whose leader replays it) and when a replay of it was asked for (null when none waits).
 SELECT p.position, p.transaction_id::text::bigint, m.message_type, m.message_id, p.attempts,
        p.last_error, p.parked_at,
-       outbox.message_shard(m.partition_key, m.position, s.shard_count)
+       outbox.message_shard(m.partition_key, m.position, s.shard_count), p.replay_requested_at
 FROM outbox.parked_messages AS p
 JOIN outbox.messages AS m ON m.position = p.position
 JOIN outbox.subscriptions AS s ON s.subscription_id = p.subscription_id
@@ -280,21 +296,44 @@ ORDER BY p.transaction_id, p.position
 LIMIT %(limit)s
 
 -- purge_parked --
--- Drops a subscription's parked messages for good.
-DELETE FROM outbox.parked_messages WHERE subscription_id = %(subscription)s
+-- Drops a subscription's parked messages for good: every one, or the one at a position. Returns the positions dropped.
+DELETE FROM outbox.parked_messages
+WHERE subscription_id = %(subscription)s
+  AND (%(position)s::bigint IS NULL OR position = %(position)s)
+RETURNING position
 
 -- read_parked_messages --
--- The messages behind a subscription's parked rows, for replay, in delivery order, each with its row's parked_at (which a later park of the same position changes).
-SELECT {{message_columns}}, p.parked_at
+-- The messages behind a subscription's parked rows that a replay was asked for, in delivery order, each with its row's parked_at (which a later park of the same position changes) and when the replay was asked for.
+SELECT {{message_columns}}, p.parked_at, p.replay_requested_at
 FROM outbox.parked_messages AS p
 JOIN outbox.messages AS m ON m.position = p.position
-WHERE p.subscription_id = %(subscription)s
+WHERE p.subscription_id = %(subscription)s AND p.replay_requested_at IS NOT NULL
 ORDER BY m.transaction_id, m.position
 
+-- mark_parked_for_replay --
+-- Asks for a replay of a subscription's parked messages (every one, or the one at a position), each applied by the leader of the message's shard under the current count; returns each message's place and that shard.
+UPDATE outbox.parked_messages AS p
+SET replay_requested_at = clock_timestamp()
+FROM outbox.messages AS m, outbox.subscriptions AS s
+WHERE p.subscription_id = %(subscription)s
+  AND (%(position)s::bigint IS NULL OR p.position = %(position)s)
+  AND m.position = p.position AND s.subscription_id = p.subscription_id
+RETURNING p.transaction_id::text::bigint, p.position,
+          outbox.message_shard(m.partition_key, m.position, s.shard_count), s.shard_count
+
 -- request_replay --
--- Asks the subscription's leader to re-deliver its parked messages.
+-- Tells the subscription's leaders that replays were asked for: each reads its shard's marked parked rows at its next lease renewal (a new leader reads them when it starts).
 UPDATE outbox.subscriptions SET replay_requests = replay_requests + 1, updated_at = clock_timestamp()
 WHERE subscription_id = %(subscription)s RETURNING replay_requests
+
+-- parked_message_by_id --
+-- The place of a subscription's parked message with a message id of its publication (no row if none is parked).
+SELECT p.transaction_id::text::bigint, p.position
+FROM outbox.parked_messages AS p
+JOIN outbox.subscriptions AS s ON s.subscription_id = p.subscription_id
+JOIN outbox.messages AS m ON m.position = p.position
+WHERE p.subscription_id = %(subscription)s
+  AND m.publication_id = s.publication_id AND m.message_id = %(message_id)s
 
 -- leader_alive --
 -- Whether a daemon currently holds the subscription's lease.
@@ -306,12 +345,24 @@ FROM outbox.subscription_leaders WHERE subscription_id = %(subscription)s
 SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_transaction_id
 
 -- subscription_status_with_hidden --
--- The operator's view of every subscription, with the oldest transaction the safe frontier still hides (to name its blockers).
-SELECT subscription_id, publication_id, checkpoint_transaction_id::text::bigint, checkpoint_position,
-       messages_behind, extract(epoch FROM oldest_undelivered_age)::float8,
-       leader_host, leader_pid, leader_since, leader_alive,
-       oldest_hidden_transaction_id::text::bigint, destination_unavailable
-FROM outbox.subscription_status ORDER BY subscription_id
+-- The operator's view of every subscription, with the oldest transaction the safe frontier still hides (to name its blockers), its messages backing off and parked, the oldest parked one, and what kind of consumer it is (a Spark query's row: when it last recorded a batch).
+SELECT v.subscription_id, v.publication_id, v.checkpoint_transaction_id::text::bigint,
+       v.checkpoint_position, v.messages_behind,
+       extract(epoch FROM v.oldest_undelivered_age)::float8,
+       v.leader_host, v.leader_pid, v.leader_since, v.leader_alive,
+       v.oldest_hidden_transaction_id::text::bigint, v.destination_unavailable,
+       v.retry_queue, coalesce(v.parked_messages, 0),
+       oldest_parked.transaction_id::text::bigint, oldest_parked.position,
+       extract(epoch FROM v.oldest_parked_age)::float8,
+       s.settings ->> 'kind', s.updated_at
+FROM outbox.subscription_status AS v
+JOIN outbox.subscriptions AS s ON s.subscription_id = v.subscription_id
+LEFT JOIN LATERAL (
+    SELECT p.transaction_id, p.position FROM outbox.parked_messages AS p
+    WHERE p.subscription_id = v.subscription_id
+    ORDER BY p.parked_at, p.position LIMIT 1
+) AS oldest_parked ON true
+ORDER BY v.subscription_id
 
 -- get_message_by_id --
 -- One message of a publication by its message id, with its place in delivery order.
@@ -327,6 +378,13 @@ SELECT m.position, m.transaction_id::text::bigint, m.publication_id, m.message_i
 FROM outbox.messages AS m
 WHERE m.publication_id = %(publication)s AND m.position = %(position)s
   AND m.transaction_id = %(transaction_id)s::text::xid8
+
+-- get_message_by_position --
+-- One message of a publication at a position alone (what append returns): positions are unique across the publications.
+SELECT m.position, m.transaction_id::text::bigint, m.publication_id, m.message_id,
+       m.message_type, m.partition_key, m.data::text, m.headers::text, m.appended_at
+FROM outbox.messages AS m
+WHERE m.publication_id = %(publication)s AND m.position = %(position)s
 
 -- delete_publication_messages --
 -- Deletes every message of a publication (the demo cleans up after itself with it).
@@ -354,6 +412,30 @@ SELECT transaction_id::text::bigint, position FROM {table} WHERE consumer_name =
 -- create_message_partitions --
 -- Creates the partitions of outbox.messages needed up to partitions_ahead past the next position (attached, so writers are not blocked); returns their names.
 SELECT name FROM outbox.create_message_partitions(%(partition_size)s, %(partitions_ahead)s) AS name
+
+-- close_message_partition_by_age --
+-- Closes the partition taking the next position once its first message is older than the minimum age: the next position jumps to the partition made ahead (see outbox.close_message_partition_by_age); returns the closed partition's name, or null.
+SELECT outbox.close_message_partition_by_age(
+    %(minimum_age_seconds)s * interval '1 second', %(lock_wait_seconds)s * interval '1 second')
+
+-- partition_holders --
+-- Every partition, oldest first: its positions, message count and first message's append time, the next position to be handed out, the database's clock, and what holds it back under the minimum age (the first reason found: unfilled, subscription, spark, consumer, parked, minimum age; null columns: nothing) and since when.
+SELECT p.partition_name, p.first_position, p.end_position, counted.messages,
+       first_message.appended_at, outbox.next_message_position(), clock_timestamp(),
+       h.kind, h.holder, h.held_since
+FROM outbox.message_partitions() AS p
+LEFT JOIN LATERAL outbox.message_partition_holder(
+    p.first_position, p.end_position, %(minimum_age_seconds)s * interval '1 second') AS h ON true
+LEFT JOIN LATERAL (
+    SELECT m.appended_at FROM outbox.messages AS m
+    WHERE m.position >= p.first_position AND m.position < p.end_position
+    ORDER BY m.position LIMIT 1
+) AS first_message ON true
+CROSS JOIN LATERAL (
+    SELECT count(*) AS messages FROM outbox.messages AS m
+    WHERE m.position >= p.first_position AND m.position < p.end_position
+) AS counted
+ORDER BY p.first_position
 
 -- retirable_message_partitions --
 -- The partitions every subscription, consumer and parked message is done with and older than the minimum age, oldest first, with their message counts.

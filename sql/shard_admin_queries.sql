@@ -72,12 +72,9 @@ FROM outbox.subscription_shard_status
 WHERE subscription_id = ANY(%(subscriptions)s)
 ORDER BY subscription_id, draining DESC, shard
 
--- shard_leadership --
--- Per subscription: its shard count, the draining one during a change, and how many shards of each have a live lease. From the shard view, which a reader may read; the planner drops its backlog count, which this does not name.
-SELECT subscription_id,
-       max(shard_count) FILTER (WHERE NOT draining),
-       max(shard_count) FILTER (WHERE draining),
-       count(*) FILTER (WHERE leader_alive AND NOT draining),
-       count(*) FILTER (WHERE leader_alive AND draining)
+-- shard_leaders --
+-- Every shard of every subscription (a plain one: shard 0 of 1) with its leader and whether that lease is live, each subscription's draining shards first. From the shard view, which a reader may read; the planner drops its backlog count, which this does not name.
+SELECT subscription_id, shard_count, shard, draining,
+       leader_alive, leader_host, leader_pid, leader_since
 FROM outbox.subscription_shard_status
-GROUP BY subscription_id
+ORDER BY subscription_id, draining DESC, shard

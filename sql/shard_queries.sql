@@ -55,11 +55,11 @@ LEFT JOIN LATERAL (
 ORDER BY m.transaction_id, m.position
 
 -- read_shard_parked_messages --
--- read_parked_messages for one shard: the parked messages that belong to it under the current shard count.
-SELECT {{message_columns}}, p.parked_at
+-- read_parked_messages for one shard: the parked messages to replay that belong to it under the current shard count.
+SELECT {{message_columns}}, p.parked_at, p.replay_requested_at
 FROM outbox.parked_messages AS p
 JOIN outbox.messages AS m ON m.position = p.position
-WHERE p.subscription_id = %(subscription)s
+WHERE p.subscription_id = %(subscription)s AND p.replay_requested_at IS NOT NULL
   AND outbox.message_shard(m.partition_key, m.position, %(shard_count)s) = %(shard)s
 ORDER BY m.transaction_id, m.position
 

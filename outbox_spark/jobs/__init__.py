@@ -24,7 +24,10 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--publication", required=True)
     source.add_argument(
         "--subscription",
-        help="where progress is recorded in outbox.subscriptions (default: JOB-PUBLICATION)",
+        required=True,
+        help="the subscription row the query's progress is kept in (created if missing; it"
+        " holds retention back, so delete it with `outbox subscription delete` when the job is"
+        " retired; `outbox status` lists it as a Spark query)",
     )
     location = source.add_mutually_exclusive_group()
     location.add_argument(
@@ -49,11 +52,11 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--trigger-interval", default="10 seconds")
 
 
-def source_options(job: str, arguments: argparse.Namespace) -> dict[str, str]:
+def source_options(arguments: argparse.Namespace) -> dict[str, str]:
     """The options of spark.readStream.format("outbox") from add_source_arguments' values."""
     options = {
         "publication": arguments.publication,
-        "subscription": arguments.subscription or f"{job}-{arguments.publication}",
+        "subscription": arguments.subscription,
         "startingOffsets": arguments.starting_offsets,
         "numPartitions": str(arguments.num_partitions),
         "partitionBy": arguments.partition_by,

@@ -1,6 +1,7 @@
 """Messages of a publication per type and time window, with the sum of `data.amount`, as Parquet.
 
-    outbox spark run message-type-counts --publication orders --output out --checkpoint ck
+    outbox spark run message-type-counts --publication orders --subscription order-counts \\
+        --output out --checkpoint ck
     spark-submit --master URL outbox_spark/jobs/message_type_counts.py --publication orders ...
 
 Windows are on `appended_at` (the writer's transaction start, UTC) and a window's row is written
@@ -51,7 +52,7 @@ def counts(messages: DataFrame, window: str, watermark: str) -> DataFrame:
 
 
 def start(spark: SparkSession, arguments: argparse.Namespace) -> StreamingQuery:
-    messages = spark.readStream.format("outbox").options(**source_options(NAME, arguments)).load()
+    messages = spark.readStream.format("outbox").options(**source_options(arguments)).load()
     writer = (
         counts(messages, arguments.window, arguments.watermark)
         .writeStream.format("parquet")

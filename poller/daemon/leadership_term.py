@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+from outbox.positions import readable
 from poller.daemon.consumers import Consumers
 from poller.daemon.handler_caller import HandlerCaller, payload_message
 from poller.daemon.hidden_rows import HiddenRows
@@ -106,7 +107,6 @@ class LeadershipTerm:
             self._consumers,
             self._carry_out,
             self._report,
-            record.replay_requests,
         )
         self._term_writes = TermWrites(
             record.subscription_id,
@@ -144,7 +144,7 @@ class LeadershipTerm:
         log.info(
             "leading %s from %s (epoch %s)",
             name,
-            self._record.checkpoint,
+            readable(self._record.checkpoint),
             self._record.epoch,
             extra={"position": str(self._record.checkpoint), "epoch": self._record.epoch},
         )
@@ -330,7 +330,7 @@ class LeadershipTerm:
             log.info(
                 "subscription %s: seek to %s",
                 self._record.subscription_id,
-                state.checkpoint,
+                readable(state.checkpoint),
                 extra={"position": str(state.checkpoint), "epoch": state.epoch},
             )
             self._carry_out(self.machine.seek(state.checkpoint, state.epoch, now))
@@ -412,7 +412,9 @@ class LeadershipTerm:
             await self._term_writes.write_checkpoint(final.position, final.epoch)
         if returned:
             await self._store.release()
-        log.info("stopped %s at %s", self._record.subscription_id, self.machine.checkpoint)
+        log.info(
+            "stopped %s at %s", self._record.subscription_id, readable(self.machine.checkpoint)
+        )
 
     async def _wait_for_calls(self, ticker: asyncio.Task[None]) -> bool:
         """Wait for the handler calls in flight; False when some still run at the end.

@@ -1,16 +1,19 @@
-"""What an operator asks of a running leader through the subscription row: replays of parked
-messages (`outbox parked replay`) and skips (`outbox skip`). The term hands each renewal's
-state over; this applies what is new to the machine and keeps what the writes need later."""
+"""What an operator asks of a leader through the database: replays of parked messages
+(`outbox parked replay`, a mark on each parked row) and skips (`outbox skip`, on the
+subscription row). The term hands each renewal's state over; this applies what is new to the
+machine and keeps what the writes need later. A request stays stored until it is carried out,
+so one made while no daemon runs, or that a leader's crash interrupted, is applied by the next
+leader."""
 
 import datetime
 import logging
 import time
 from collections.abc import Callable
 
-from outbox.positions import Position
+from outbox.positions import Position, readable
 from poller.daemon.consumers import Consumers
 from poller.store.leader_store import LeaderStore
-from poller.store.records import LeaseState, SkipRequest
+from poller.store.records import LeaseState, ReplayRequest, SkipRequest
 from poller.subscription import Command, Deliver, Envelope, Outcome, SubscriptionMachine
 
 log = logging.getLogger(__name__)
@@ -25,7 +28,6 @@ class OperatorRequests:
         consumers: Consumers,
         carry_out: Callable[[list[Command]], None],
         report: Callable[[list[Outcome]], None],
-        replay_requests: int,
     ) -> None:
         self._subscription_id = subscription_id
         self._store = store
@@ -33,29 +35,44 @@ class OperatorRequests:
         self._consumers = consumers
         self._carry_out = carry_out
         self._report = report
-        # Replays requested before this term began were for a previous leader; see README.
-        self._replay_requests_seen = replay_requests
-        # The parked row each unfinished replay read, by position: its ReplayDone deletes that
-        # row only, never one a later park of the same position wrote.
-        self._replayed_rows: dict[Position, datetime.datetime] = {}
+        # The request count the marked rows were last read at; None: not yet in this term,
+        # whose first renewal reads them (replays asked while no daemon led, or left
+        # unfinished by the last term).
+        self._replay_requests_seen: int | None = None
+        self._replay_ended = False  # a replay ended: a row it kept from the machine may wait
+        # The request each unfinished replay read, by position: its ReplayDone deletes that
+        # row only, never one a later park of the same position wrote; a park clears only
+        # that request.
+        self._replaying: dict[Position, ReplayRequest] = {}
+        # Every parked row (position, parked_at) handed to the machine in this term: a row
+        # read again before its replay's deletion commits is not replayed twice.
+        self._handed_over: set[tuple[int, datetime.datetime]] = set()
         self._skip_applied: SkipRequest | None = None  # see skip_if_requested
 
-    def replayed_row(self, position: Position) -> datetime.datetime | None:
-        """The parked row a finished replay read (None if none), forgotten from now on."""
-        return self._replayed_rows.pop(position, None)
+    def replay_ended(self, position: Position) -> ReplayRequest | None:
+        """The request a finished replay read (None if none), forgotten from now on."""
+        self._replay_ended = True
+        return self._replaying.pop(position, None)
 
     async def replay_if_requested(self, state: LeaseState) -> None:
-        if state.replay_requests == self._replay_requests_seen:
+        """Hand the marked parked rows of this shard to the machine: at the term's first
+        renewal, whenever an operator asked for more, and after a replay ended."""
+        if state.replay_requests == self._replay_requests_seen and not self._replay_ended:
             return
         self._replay_requests_seen = state.replay_requests
-        parked = await self._store.parked_messages()
-        for message, parked_at in parked:
-            # The machine ignores a position whose earlier replay is still unfinished; that
-            # replay keeps the row it read.
-            self._replayed_rows.setdefault(message.at, parked_at)
-        messages = [message for message, _ in parked]
-        envelopes = [Envelope(m.at, m.partition_key, m) for m in messages]
-        log.info("subscription %s: replay of %d parked", self._subscription_id, len(messages))
+        self._replay_ended = False
+        fresh = []
+        for request in await self._store.replay_requests():
+            row = (request.message.position, request.parked_at)
+            # A replay of the position still runs: its end decides (and reads again).
+            if row not in self._handed_over and request.message.at not in self._replaying:
+                self._handed_over.add(row)
+                self._replaying[request.message.at] = request
+                fresh.append(request.message)
+        if not fresh:
+            return
+        envelopes = [Envelope(m.at, m.partition_key, m) for m in fresh]
+        log.info("subscription %s: replay of %d parked", self._subscription_id, len(fresh))
         self._carry_out(self._machine.replay(envelopes, time.monotonic()))
 
     async def skip_if_requested(self, state: LeaseState) -> None:
@@ -70,7 +87,7 @@ class OperatorRequests:
             log.info(
                 "subscription %s: skip to %s",
                 self._subscription_id,
-                request.to,
+                readable(request.to),
                 extra={"position": str(request.to)},
             )
             self._carry_out(self._machine.admin_skip_to(request.to, time.monotonic()))

@@ -9,14 +9,14 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
 
 from poller.daemon.options import DaemonOptions
 from poller.store import retention_store
-from poller.store.retention_store import MessagePartition, RetiredPartition
+from poller.store.retention_store import ClosedByAge, MessagePartition, RetiredPartition
 from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
@@ -29,12 +29,20 @@ class RetentionPass:
     created: list[str]
     retired: list[RetiredPartition]  # every partition tried, with its outcome
     ran: bool = True  # false: another process held the retention lock
+    closed: ClosedByAge = field(default_factory=lambda: ClosedByAge(None))
 
 
 def retention_pass(
     conn: psycopg.Connection[Any], options: DaemonOptions, *, dry_run: bool = False
 ) -> RetentionPass:
-    """Create the partitions due, then retire the retirable ones, oldest first.
+    """Create the partitions due, retire the retirable ones, oldest first, then close the
+    filling partition by age.
+
+    A partition closes by age once its first message is older than the minimum age: the next
+    position jumps to the first partition made ahead (and partitions are made ahead of the new
+    next position as before), so a quiet publication's delivered messages go within about
+    twice the minimum age instead of once 1M positions have been used. The closed partition is
+    left to the next pass.
 
     `conn` must be in autocommit mode: the lock is a session lock, and each retirement commits
     on its own so that the parent table's lock is held only for that drop. A dry run changes
@@ -46,12 +54,20 @@ def retention_pass(
         candidates = retention_store.retirable_partitions(conn, options.retention_minimum_age)
         if dry_run:
             return RetentionPass([], [RetiredPartition(p, "would retire") for p in candidates])
-        created = retention_store.create_partitions(
-            conn, options.partition_size, options.partitions_ahead
+        created = _create(conn, options)
+        retired = [_retire(conn, p, options) for p in candidates]
+        closed = retention_store.close_partition_by_age(
+            conn, options.retention_minimum_age, options.retention_lock_wait
         )
-        return RetentionPass(created, [_retire(conn, p, options) for p in candidates])
+        if closed.partition is not None:
+            created += _create(conn, options)  # ahead of the new next position
+        return RetentionPass(created, retired, closed=closed)
     finally:
         retention_store.release_retention_lock(conn)
+
+
+def _create(conn: psycopg.Connection[Any], options: DaemonOptions) -> list[str]:
+    return retention_store.create_partitions(conn, options.partition_size, options.partitions_ahead)
 
 
 def _retire(
@@ -106,6 +122,15 @@ def _log_pass(done: RetentionPass) -> None:
     if not done.ran:
         log.debug("retention: another process runs it now")
         return
+    if done.closed.partition is not None:
+        log.info(
+            "retention: closed partition %s by age: its first message is older than the"
+            " minimum age, so new messages go to the next partition and it is retired once"
+            " passed",
+            done.closed.partition,
+        )
+    if done.closed.busy:
+        log.info("retention: closing the filling partition by age waited too long for writers")
     for name in done.created:
         log.info("retention: created partition %s", name)
     for attempt in done.retired:

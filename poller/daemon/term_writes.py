@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from outbox.positions import Position
+from outbox.positions import Position, readable
 from outbox.storable_text import storable_text
 from poller.daemon.handler_caller import payload_message
 from poller.daemon.metrics import SubscriptionMetrics
@@ -52,22 +52,35 @@ class TermWrites:
         elif isinstance(command, Park):
             await self._park(command)
         else:
-            parked_at = self._requests.replayed_row(command.position)
-            if parked_at is None:
+            request = self._requests.replay_ended(command.position)
+            if request is None:
                 return  # every replay's row is recorded when it is read; nothing to delete
-            if not await self._store.unpark(command.position, parked_at):
+            if not await self._store.unpark(command.position, request.parked_at):
                 await self._renew()  # fenced out: raises; else purged or parked anew meanwhile
 
     async def _park(self, command: Park) -> None:
         message = payload_message(command.envelope)
         if command.replayed:
-            # Its row is updated (a new parked_at): the next replay request reads it again.
-            self._requests.replayed_row(message.at)
-        # A replay belongs to no epoch (replays outlive seeks); a stream park to its own.
-        epoch = None if command.replayed else command.epoch
-        attempts = await self._store.park(epoch, message, command.attempts, command.reason)
+            # A replay belongs to no epoch (replays outlive seeks): its row is updated.
+            request = self._requests.replay_ended(message.at)
+            assert request is not None  # recorded when its row was read
+            attempts = await self._store.repark_replayed(request, command.attempts, command.reason)
+        else:
+            attempts = await self._store.park(
+                command.epoch, message, command.attempts, command.reason
+            )
         if attempts is None:
-            await self._renew()  # fenced out: raises; else a seek ended that epoch: dropped
+            await self._renew()  # fenced out: raises
+            if command.replayed:
+                # Its row was purged while it was replayed: the operator dropped it for good.
+                log.info(
+                    "subscription %s: %r was purged while it was replayed; not parked again",
+                    self._subscription_id,
+                    message,
+                    extra={"position": str(message.at), "message_id": message.message_id},
+                )
+                self._carry_out(self._machine.parked(message.at, command.epoch, time.monotonic()))
+            # else a seek ended that epoch: dropped
             return
         self._metrics.parked()
         log.warning(
@@ -97,7 +110,7 @@ class TermWrites:
                 "subscription %s: checkpoint %s refused although this process leads epoch"
                 " %s; the stored checkpoint is ahead of it. Restarting the term.",
                 self._subscription_id,
-                position,
+                readable(position),
                 epoch,
             )
             self._restart()

@@ -18,9 +18,10 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
+from outbox.positions import readable
 from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.leadership_term import LeadershipLost, LeadershipTerm
-from poller.daemon.log_context import LEADER_TOKEN, SUBSCRIPTION
+from poller.daemon.log_context import LEADER_TOKEN, SHARD, SUBSCRIPTION
 from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
@@ -80,6 +81,7 @@ class SubscriptionWorker:
         """Until `stop` (the shard moves away, or the process stops; `shutdown` says which:
         see LeadershipTerm)."""
         SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
+        SHARD.set(str(self._lease.unit))
         # One connection each (see Reconnector): the one that stands by, then renews and
         # writes, and each term's reads (sorts off, UTC: see prepare_reader_async).
         url, holder = self._url, self._lease.holder
@@ -145,7 +147,7 @@ class SubscriptionWorker:
                     " `outbox seek %s --to %s` accepts the loss, then restart `outbox poll`",
                     self._name,
                     error,
-                    error.after,
+                    readable(error.after),
                     shlex.quote(self._subscription_id),
                     error.mark,
                 )

@@ -8,6 +8,7 @@ import psycopg
 
 from outbox.positions import Position
 from outbox.queries import QUERIES
+from poller.membership import ShardUnit
 from poller.store.records import SkipRequest, SubscriptionRecord
 from poller.store.shard_store import SHARD_ADMIN_QUERIES
 
@@ -99,16 +100,34 @@ class AdminStore:
         row = self._conn.execute(QUERIES["leader_alive"], {"subscription": name}).fetchone()
         return bool(row and row[0])
 
+    def mark_for_replay(self, name: str, position: int | None) -> list[tuple[Position, ShardUnit]]:
+        """Mark the parked row at `position` (every one: None) for replay; each message's place
+        and the shard whose leader replays it."""
+        rows = self._conn.execute(
+            QUERIES["mark_parked_for_replay"], {"subscription": name, "position": position}
+        )
+        return [(Position(tx, pos), ShardUnit(count, shard)) for tx, pos, shard, count in rows]
+
     def request_replay(self, name: str) -> None:
+        """Tell the leaders that rows were marked: each reads them at its next renewal."""
         self._conn.execute(QUERIES["request_replay"], {"subscription": name})
+
+    def parked_position_by_id(self, name: str, message_id: str) -> Position | None:
+        row = self._conn.execute(
+            QUERIES["parked_message_by_id"], {"subscription": name, "message_id": message_id}
+        ).fetchone()
+        return None if row is None else Position(*row)
 
     def parked(self, name: str, limit: int) -> list[tuple[Any, ...]]:
         return self._conn.execute(
             QUERIES["list_parked"], {"subscription": name, "limit": limit}
         ).fetchall()
 
-    def purge_parked(self, name: str) -> int:
-        return self._conn.execute(QUERIES["purge_parked"], {"subscription": name}).rowcount
+    def purge_parked(self, name: str, position: int | None) -> int:
+        """Drop the parked row at `position` (every one: None); how many went."""
+        return self._conn.execute(
+            QUERIES["purge_parked"], {"subscription": name, "position": position}
+        ).rowcount
 
     def status(self) -> list[tuple[Any, ...]]:
         """subscription_status's columns, then the oldest transaction the frontier hides."""
@@ -134,6 +153,11 @@ class AdminStore:
         return self._conn.execute(
             QUERIES["get_message_at_position"],
             {"publication": publication, **at.query_parameters()},
+        ).fetchone()
+
+    def message_by_position(self, publication: str, position: int) -> tuple[Any, ...] | None:
+        return self._conn.execute(
+            QUERIES["get_message_by_position"], {"publication": publication, "position": position}
         ).fetchone()
 
     def delete_publication_messages(self, publication: str) -> int:

@@ -21,7 +21,13 @@ from poller.membership import PLAIN_LAYOUT, Layout
 from poller.message import Message
 from poller.store import shard_reads
 from poller.store.message_reads import message_from_row
-from poller.store.records import Lease, LeaseState, SkipRequest, SubscriptionRecord
+from poller.store.records import (
+    Lease,
+    LeaseState,
+    ReplayRequest,
+    SkipRequest,
+    SubscriptionRecord,
+)
 from poller.store.retired_positions import read_leader_batch_async
 
 Connection = psycopg.AsyncConnection[Any]
@@ -104,9 +110,8 @@ class LeaderStore:
 
     # The subscription and its parked messages ---------------------------------------------
 
-    async def parked_messages(self) -> list[tuple[Message, datetime.datetime]]:
-        """Each parked message (of this shard) with its row's parked_at, which identifies that
-        very row."""
+    async def replay_requests(self) -> list[ReplayRequest]:
+        """The parked messages (of this shard) an operator asked to deliver again."""
         if self._sharded:
             rows = await shard_reads.shard_parked_rows(
                 self._conn, self._subscription, self.lease.unit
@@ -116,7 +121,7 @@ class LeaderStore:
                 QUERIES["read_parked_messages"], {"subscription": self._subscription}
             )
             rows = await cursor.fetchall()
-        return [(message_from_row(row[:-1]), row[-1]) for row in rows]
+        return [ReplayRequest(message_from_row(row[:-2]), *row[-2:]) for row in rows]
 
     # A change of the shard count ----------------------------------------------------------
 
@@ -157,12 +162,9 @@ class LeaderStore:
         cursor = await self._conn.execute(QUERIES["write_checkpoint"], parameters)
         return await cursor.fetchone() is not None
 
-    async def park(
-        self, epoch: int | None, message: Message, attempts: int, reason: str
-    ) -> int | None:
-        """The row's attempts in all (a replay's add to the earlier ones), or None when
-        refused: fenced out, or (for a stream message) another epoch. A replay passes epoch
-        None: it belongs to no epoch, replays outlive seeks."""
+    async def park(self, epoch: int, message: Message, attempts: int, reason: str) -> int | None:
+        """The row's attempts in all (a re-read message's add to the earlier ones), or None
+        when refused: fenced out, or another epoch."""
         cursor = await self._conn.execute(
             QUERIES["park_message"],
             {
@@ -171,6 +173,25 @@ class LeaderStore:
                 **message.at.query_parameters(),
                 "attempts": attempts,
                 "last_error": storable_text(reason),
+            },
+        )
+        row = await cursor.fetchone()
+        return None if row is None else int(row[0])
+
+    async def repark_replayed(
+        self, request: ReplayRequest, attempts: int, reason: str
+    ) -> int | None:
+        """Park a replayed message again, whatever the epoch (replays outlive seeks), clearing
+        the request the replay read: the row's attempts in all, or None when fenced out or
+        when the row is gone (purged while it was replayed: nothing is written)."""
+        cursor = await self._conn.execute(
+            QUERIES["repark_replayed_message"],
+            {
+                **self.lease.query_parameters(),
+                "position": request.message.position,
+                "attempts": attempts,
+                "last_error": storable_text(reason),
+                "replay_requested_at": request.requested_at,
             },
         )
         row = await cursor.fetchone()

@@ -1,5 +1,6 @@
 """Subscriptions and leases as the store reads and writes them."""
 
+import datetime
 import os
 import socket
 import uuid
@@ -8,6 +9,7 @@ from typing import Any, NamedTuple
 
 from outbox.positions import Position
 from poller.membership import ONLY_SHARD, PLAIN_LAYOUT, Layout, ShardUnit
+from poller.message import Message
 from poller.subscription import SubscriptionSettings
 
 # Stored with a subscription that something other than the daemon consumes (the Spark
@@ -75,6 +77,16 @@ class SkipRequest(NamedTuple):
         if transaction_id is None or position is None or epoch is None:
             return None
         return cls(Position(transaction_id, position), epoch)
+
+
+class ReplayRequest(NamedTuple):
+    """A parked message an operator asked to deliver again: its row is the one whose
+    `parked_at` this is (a later park of the same position writes another), and the request
+    the one made at `requested_at` (one made later, while the replay runs, outlives it)."""
+
+    message: Message
+    parked_at: datetime.datetime
+    requested_at: datetime.datetime
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,23 @@ class RetentionHolder:
 
 
 @dataclass(frozen=True)
+class PartitionHolder:
+    """One partition and what keeps it now, under a minimum age (a dry run's view)."""
+
+    partition: MessagePartition
+    first_appended_at: datetime.datetime | None
+    """When its first message (by position) was appended: it closes by age from there."""
+    next_position: int
+    """The position handed out next, database-wide."""
+    now: datetime.datetime
+    """The database's clock when this was read."""
+    kind: str | None
+    """unfilled, subscription, spark, consumer, parked or minimum age; None: nothing."""
+    holder: str | None
+    held_since: datetime.datetime | None
+
+
+@dataclass(frozen=True)
 class RetiredPartition:
     partition: MessagePartition
     outcome: str  # "retired", "held" (something holds it now) or "busy" (lock wait ran out)
@@ -88,6 +105,48 @@ def retire_partition(
         partition.name, partition.first_position, partition.end_position, messages
     )
     return RetiredPartition(retired, "retired")
+
+
+@dataclass(frozen=True)
+class ClosedByAge:
+    """What closing the filling partition by age did."""
+
+    partition: str | None
+    """The partition closed now (new messages go to the next one); None when none was."""
+    busy: bool = False
+    """The writers' lock was not granted within the lock wait: the next pass tries again."""
+
+
+def close_partition_by_age(
+    conn: psycopg.Connection[Any], minimum_age_seconds: float, lock_wait_seconds: float
+) -> ClosedByAge:
+    """Close the partition taking the next position if its first message is older than the
+    minimum age, so it is retired once passed (outbox.close_message_partition_by_age)."""
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                QUERIES["close_message_partition_by_age"],
+                {
+                    "minimum_age_seconds": minimum_age_seconds,
+                    "lock_wait_seconds": lock_wait_seconds,
+                },
+            ).fetchone()
+    except psycopg.errors.LockNotAvailable:
+        return ClosedByAge(None, busy=True)
+    return ClosedByAge(None if row is None else row[0])
+
+
+def partition_holders(
+    conn: psycopg.Connection[Any], minimum_age_seconds: float
+) -> list[PartitionHolder]:
+    with conn.transaction():
+        rows = conn.execute(
+            QUERIES["partition_holders"], {"minimum_age_seconds": minimum_age_seconds}
+        ).fetchall()
+    return [
+        PartitionHolder(MessagePartition(name, first, end, messages), *rest)
+        for name, first, end, messages, *rest in rows
+    ]
 
 
 def retention_holders(conn: psycopg.Connection[Any]) -> list[RetentionHolder]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from outbox.positions import Position
+from outbox.positions import Position, readable
 from outbox.queries import QUERIES
 from poller.message import Message
 from poller.store.message_reads import message_from_row
@@ -25,8 +25,8 @@ class RetiredPositionError(ValueError):
         self.after = after
         self.mark = mark
         super().__init__(
-            f"publication {publication!r}: reading after {after} would skip messages: those up"
-            f" to {mark} were retired by retention. A position only holds retention in a"
+            f"publication {publication!r}: reading after {readable(after)} would skip messages:"
+            f" those up to {mark} were retired by retention. A position only holds retention in a"
             " subscription or outbox.consumer_positions; resume at or after the mark to accept"
             " the loss"
         )

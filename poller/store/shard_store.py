@@ -40,6 +40,25 @@ def shard_statuses(conn: psycopg.Connection[Any], subscriptions: list[str]) -> l
     ]
 
 
+class ShardLeader(NamedTuple):
+    """Who leads one shard: the last process that held its lease, and whether it still does."""
+
+    unit: ShardUnit
+    draining: bool
+    leader_alive: bool
+    leader_host: str | None
+    leader_pid: int | None
+    leader_since: datetime.datetime | None
+
+
+def shard_leaders(conn: psycopg.Connection[Any]) -> dict[str, list[ShardLeader]]:
+    """Every subscription's shards with their leaders, its draining shards first."""
+    leaders: dict[str, list[ShardLeader]] = {}
+    for name, count, shard, draining, *leader in conn.execute(SHARD_ADMIN_QUERIES["shard_leaders"]):
+        leaders.setdefault(name, []).append(ShardLeader(ShardUnit(count, shard), draining, *leader))
+    return leaders
+
+
 class ShardLeadership(NamedTuple):
     """How many of a subscription's shards a live process leads."""
 
@@ -48,7 +67,13 @@ class ShardLeadership(NamedTuple):
     led: int
     draining_led: int
 
-
-def shard_leadership(conn: psycopg.Connection[Any]) -> dict[str, ShardLeadership]:
-    rows = conn.execute(SHARD_ADMIN_QUERIES["shard_leadership"]).fetchall()
-    return {name: ShardLeadership(*figures) for name, *figures in rows}
+    @classmethod
+    def of(cls, shards: list[ShardLeader]) -> "ShardLeadership":
+        current = [shard for shard in shards if not shard.draining]
+        draining = [shard for shard in shards if shard.draining]
+        return cls(
+            current[0].unit.shard_count if current else 1,
+            draining[0].unit.shard_count if draining else None,
+            sum(shard.leader_alive for shard in current),
+            sum(shard.leader_alive for shard in draining),
+        )

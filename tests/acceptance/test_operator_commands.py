@@ -1,6 +1,7 @@
 """The operator's commands on values that used to break them, and the commands added for
 operators: `message show`, `db start/stop/status`, `parked purge`'s confirmation."""
 
+import json
 import os
 import re
 import shutil
@@ -62,25 +63,27 @@ def test_markup_and_escapes_in_names_and_errors_are_printed_as_text(
 
 
 @pytest.mark.parametrize(
-    ("arguments", "option"),
+    ("arguments", "option", "code"),
+    # One that does not fit is a usage error (2); one in the future, the database's (1).
     [
-        (["seek", "billing", "--to", "99999999999999999999:1"], "--to"),
-        (["seek", "billing", "--to", "1:99999999999999999999"], "--to"),
-        (["seek", "billing", "--to", "9223372036854775807:1"], "--to"),
-        (["subscription", "create", "new", "--publication", "o", "--from", "1:2:3"], "--from"),
+        (["seek", "billing", "--to", "99999999999999999999:1"], "--to", 2),
+        (["seek", "billing", "--to", "1:99999999999999999999"], "--to", 2),
+        (["seek", "billing", "--to", "9223372036854775807:1"], "--to", 1),
+        (["subscription", "create", "new", "--publication", "o", "--from", "1:2:3"], "--from", 2),
         (
             ["subscription", "create", "new", "--publication", "o", "--from", f"{2**62}:1"],
             "--from",
+            1,
         ),
     ],
 )
 def test_positions_that_do_not_fit_or_are_in_the_future_are_refused(
-    database_url: str, arguments: list[str], option: str
+    database_url: str, arguments: list[str], option: str, code: int
 ) -> None:
     create_subscription(database_url, "billing", "orders")
     before = stored_checkpoint(database_url, "billing")
     done = outbox_command(arguments, database_url)
-    assert done.returncode == 1, done.stdout
+    assert done.returncode == code, done.stdout
     assert option in done.stderr
     assert stored_checkpoint(database_url, "billing") == before
     with psycopg.connect(database_url) as conn:
@@ -110,13 +113,41 @@ def test_purge_asks_first_and_refuses_without_a_terminal(database_url: str) -> N
     create_subscription(database_url, "billing", "orders")
     park(database_url, "billing", "boom")
     refused = outbox_command(["parked", "purge", "billing"], database_url)
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert "--yes" in refused.stderr
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT count(*) FROM outbox.parked_messages").fetchone() == (1,)
     purged = outbox_command(["parked", "purge", "billing", "--yes"], database_url)
     assert purged.returncode == 0, purged.stderr
     assert "purged 1 parked messages" in purged.stdout
+
+
+def test_replay_and_purge_take_one_parked_message_by_position_or_id(database_url: str) -> None:
+    create_subscription(database_url, "billing", "orders")
+    first, second, third = (park(database_url, "billing", "boom") for _ in range(3))
+    replayed = outbox_command(["parked", "replay", "billing", str(first)], database_url)
+    assert replayed.returncode == 0, replayed.stderr
+    assert re.fullmatch(
+        rf"billing: replay of the parked message at \d+:{first} requested; no daemon leads"
+        r" billing now: the next leader replays it first\n",
+        replayed.stdout,
+    )
+    listed = json.loads(
+        outbox_command(["parked", "list", "billing", "--json"], database_url).stdout
+    )
+    requested = {row["position"]: row["replay_requested_at"] for row in listed}
+    assert requested[first] is not None
+    assert requested[second] is requested[third] is None
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT message_id FROM outbox.messages WHERE position = %s", (second,))
+        (message_id,) = row.fetchone() or ("",)
+    purged = outbox_command(
+        ["parked", "purge", "billing", "--id", message_id, "--yes"], database_url
+    )
+    assert purged.stdout == "purged 1 parked messages of billing\n", purged.stderr
+    with psycopg.connect(database_url) as conn:
+        left = conn.execute("SELECT position FROM outbox.parked_messages ORDER BY position")
+        assert [position for (position,) in left] == [first, third]
 
 
 def test_a_handler_module_in_the_current_directory_is_found(

@@ -81,14 +81,18 @@ def test_parked_list_and_show_give_the_error_attempts_and_whole_message(
         assert text in by_position, by_position
 
 
-@pytest.mark.parametrize("position", ["x1", "0", "1:2:3", "99999999999999999999", "5"])
+@pytest.mark.parametrize(
+    ("position", "code"),
+    # Malformed or out of range: a usage error (2); a place with nothing parked: 1.
+    [("x1", 2), ("0", 2), ("1:2:3", 2), ("99999999999999999999", 2), ("5", 1)],
+)
 def test_parked_show_of_no_parked_message_is_one_line_naming_it(
-    database_url: str, position: str
+    database_url: str, position: str, code: int
 ) -> None:
     create_subscription(database_url, "billing", "orders")
     append(database_url, "order-1")  # a message, but not parked
     done = outbox_command(["parked", "show", "billing", position], database_url)
-    assert done.returncode == 1, done.stdout
+    assert done.returncode == code, done.stdout
     assert repr(position) in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr

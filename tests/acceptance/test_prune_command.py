@@ -6,6 +6,7 @@ import psycopg
 import outbox
 from outbox import NewMessage
 from tests.support.cli import outbox_command, outbox_succeeds
+from tests.support.daemons import wait_until
 from tests.support.partitions import move_checkpoint, partition_names, use_small_partitions
 
 NO_AGE = ("--retention-minimum-age", "0.001", "--partition-size", "100")
@@ -62,3 +63,38 @@ def test_prune_refuses_a_bad_value_in_one_line(database_url: str) -> None:
     assert "partition_size must be > 0, got 0" in done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_dry_run_says_what_holds_each_partition_and_a_quiet_one_closes_by_age(
+    database_url: str,
+) -> None:
+    """Two messages in a partition of 1M positions: before, `prune --dry-run` said only
+    "nothing to retire", and they stayed until a million more were written."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO outbox.subscriptions (subscription_id, publication_id)"
+            " VALUES ('billing', 'orders')"
+        )
+        for n in range(2):
+            outbox.append(conn, "orders", "T", {"n": n})
+        move_checkpoint(conn, "billing", 2)
+    one_second = ("--retention-minimum-age", "1")
+    dry = outbox_succeeds(database_url, "prune", "--dry-run", *one_second)
+    assert "nothing to retire" in dry
+    assert (
+        "messages_from_0 (positions 0 to 999999, 2 messages): filling (the next position is 3);"
+        " it closes by age "
+    ) in dry
+    assert "messages_from_1000000 (positions 1000000 to 1999999, 0 messages): made ahead" in dry
+
+    def due() -> str | None:
+        dry = outbox_succeeds(database_url, "prune", "--dry-run", *one_second)
+        return dry if "it closes by age at the next retention pass" in dry else None
+
+    wait_until(due, 30, "the first message to be older than the minimum age")
+    closed = outbox_succeeds(database_url, "prune", *one_second)
+    assert "closed messages_from_0 by age" in closed
+    assert _partitions(database_url)[0] == "messages_from_0"  # retired by the next pass
+    done = outbox_succeeds(database_url, "prune", *one_second)
+    assert "retired messages_from_0: positions 0 to 999999, 2 messages" in done
+    assert _partitions(database_url) == ["messages_from_1000000", "messages_from_2000000"]

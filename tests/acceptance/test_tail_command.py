@@ -83,6 +83,24 @@ def test_plain_prints_the_backlog_caught_up_live_lines_and_checkpoints_then_ctrl
         tail.wait()
 
 
+def test_plain_ends_when_its_reader_closes_the_pipe_on_a_quiet_publication(
+    database_url: str,
+) -> None:
+    """`outbox tail --plain | head -1`: head reads one line and exits. A tail that only wrote
+    when a message came never learnt of it on a quiet publication, and ran for ever."""
+    tail = start_plain_tail(database_url, "--publication", "quiet")
+    try:
+        assert tail.stdout is not None
+        assert tail.stdout.readline() == "[CAUGHT UP]\n"
+        tail.stdout.close()  # what head does once it has its line
+        assert tail.wait(timeout=10) == 0
+        assert tail.stderr is not None
+        assert tail.stderr.read() == ""
+    finally:
+        tail.kill()
+        tail.wait()
+
+
 def test_plain_with_type_and_key_filters_shows_only_matching_messages(database_url: str) -> None:
     tail = start_plain_tail(
         database_url, "--publication", "orders", "--type", "OrderPlaced", "--key", "customer-2"

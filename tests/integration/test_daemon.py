@@ -178,15 +178,6 @@ def test_two_subscriptions_in_one_process_each_get_their_publication(database_ur
     assert by_publication == {"orders": orders, "payments": payments}
 
 
-def test_a_replay_without_a_running_daemon_is_refused_by_name(database_url: str) -> None:
-    subscribe(database_url)
-    with (
-        psycopg.connect(database_url) as conn,
-        pytest.raises(administration.SubscriptionError, match="no daemon leads 'sub'"),
-    ):
-        administration.request_replay(conn, "sub")
-
-
 def test_reading_resumes_after_a_seek_empties_a_full_stuck_buffer(database_url: str) -> None:
     # One key, its head backing off for a long time: the buffer fills behind it and no handler
     # runs. A seek past it all drops the buffer; nothing acks, yet reading must go on.

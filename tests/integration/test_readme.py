@@ -2,14 +2,18 @@
 
 import re
 
+import pytest
+
 from outbox.queries import sql_directory
 
 README = sql_directory().parent / "README.md"
 
 
-def test_the_readme_snippets_run(database_url: str) -> None:
+def test_the_readme_snippets_run(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     assert len(blocks) >= 2
+    # The tour's application reads the URL as every `outbox` command does.
+    monkeypatch.setenv("OUTBOX_DATABASE_URL", database_url)
     namespace = {"DATABASE_URL": database_url, "SQLALCHEMY_URL": sqlalchemy_url(database_url)}
     for block in blocks:
         exec(compile(block, str(README), "exec"), namespace)
@@ -17,9 +21,21 @@ def test_the_readme_snippets_run(database_url: str) -> None:
 
     with psycopg.connect(database_url) as conn:
         types = conn.execute(
-            "SELECT message_type FROM outbox.messages ORDER BY position"
+            "SELECT message_type FROM outbox.messages WHERE publication_id = 'orders'"
+            " ORDER BY position"
         ).fetchall()
-    assert types == [("OrderPlaced",), ("OrderChanged",), ("InvoiceDue",)]
+        delivered = conn.execute(
+            "SELECT count(*) FROM outbox.messages AS m JOIN outbox.subscriptions AS s"
+            " ON s.publication_id = m.publication_id"
+            " AND (m.transaction_id, m.position)"
+            " <= (s.last_processed_transaction_id, s.last_processed_position)"
+            " WHERE s.subscription_id = 'invoicing'"
+        ).fetchone()
+    # The quickstart's messages, after the tour's (when the README has one).
+    assert types[-3:] == [("OrderPlaced",), ("OrderChanged",), ("InvoiceDue",)]
+    if "DaemonThread(" in README.read_text():
+        # The daemon run inside the application delivered its message and checkpointed it.
+        assert delivered == (1,)
 
 
 def sqlalchemy_url(conninfo: str) -> str:

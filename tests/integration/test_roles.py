@@ -404,13 +404,16 @@ def test_migrate_refuses_a_bad_role_prefix_in_one_line_and_changes_nothing(
         pytest.param(("subscription", "list"), id="subscription-list"),
     ],
 )
-def test_a_reader_runs_the_inspection_commands(
-    database_url: str, reader_url: str, command: tuple[str, ...]
+@pytest.mark.parametrize("role", ["reader_url", "poller_url"])
+def test_a_reader_and_a_poller_run_the_inspection_commands(
+    database_url: str, role: str, command: tuple[str, ...], request: pytest.FixtureRequest
 ) -> None:
+    """The poller's login is often the one an operator has at hand on the daemon's machine."""
     subscribe(database_url)
     with psycopg.connect(database_url) as conn:
         administration.create(conn, "sharded", "orders", "start", {}, shards=3)
-    done = outbox_command(command, reader_url)
+        outbox.append(conn, "orders", "OrderPlaced", {})  # retention's holder is named
+    done = outbox_command(command, request.getfixturevalue(role))
     assert done.returncode == 0, f"outbox {' '.join(command)}:\n{done.stdout}{done.stderr}"
     assert "sub" in done.stdout
 

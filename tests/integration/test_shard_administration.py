@@ -335,7 +335,7 @@ def test_counting_the_led_shards_reads_no_message(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
         administration.create(conn, "sub", "orders", "start", {}, shards=4)
         row = conn.execute(
-            "EXPLAIN (FORMAT JSON) " + SHARD_ADMIN_QUERIES["shard_leadership"]
+            "EXPLAIN (FORMAT JSON) " + SHARD_ADMIN_QUERIES["shard_leaders"]
         ).fetchone()
     assert row is not None
     relations = {node.get("Relation Name") for node in plan_nodes(row[0][0]["Plan"])}

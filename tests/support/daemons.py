@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 
-from outbox.positions import Position
+from outbox.positions import MAX_PART, Position
 from tests.support.cli import outbox_environment
 from tests.support.databases import PROJECT_ROOT, close_probe, probe
 from tests.support.stored import HOLDER_PREFIX, current_leader
@@ -162,12 +162,22 @@ def daemon_environment(url: str) -> dict[str, str]:
     return outbox_environment(url, OUTBOX_LOG_LEVEL="INFO", PYTHONPATH=pythonpath)
 
 
-# A text log record's first line (outbox_cli/log_format.py TEXT_FORMAT).
-_RECORD_HEADER = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ (?P<level>[A-Z]+) (?P<logger>[\w.]+): ")
+# A text log record's first line (outbox_cli/log_format.py TextLogFormatter).
+_RECORD_HEADER = re.compile(
+    r"\d{4}-\d\d-\d\d [\d:,]+ (?P<level>[A-Z]+) (?P<logger>[\w.]+)(?: \[shard \d+/\d+\])?: "
+)
 
 
 def _term_started(subscription: str) -> str:
-    return rf"leading {re.escape(subscription)} from (\d+):(\d+) \(epoch"
+    """A term's first line: `leading NAME from TX:POS (epoch E)`, or `from end of transaction
+    TX` for a checkpoint at the safe frontier (outbox.positions.readable)."""
+    return (
+        rf"leading {re.escape(subscription)} from (?:(\d+):(\d+)|end of transaction (\d+)) \(epoch"
+    )
+
+
+def _position(tx: str, pos: str, end_of: str) -> Position:
+    return Position(int(end_of), MAX_PART) if end_of else Position(int(tx), int(pos))
 
 
 @dataclass
@@ -220,12 +230,12 @@ class Daemon:
     def leading_from(self, subscription: str, timeout: float = 30) -> Position:
         """The checkpoint this daemon's leadership term started from (its log says)."""
         match = self.wait_for_log(_term_started(subscription), timeout)
-        return Position(int(match[1]), int(match[2]))
+        return _position(match[1], match[2], match[3])
 
     def terms(self, subscription: str) -> list[Position]:
         """Every checkpoint a leadership term of this daemon started from, in order."""
         found = re.findall(_term_started(subscription), self.log())
-        return [Position(int(tx), int(pos)) for tx, pos in found]
+        return [_position(*groups) for groups in found]
 
     def consumer_changes(self, subscription: str, consumers: int) -> int:
         """How many times this daemon applied a consumer count of `consumers` (its log says)."""

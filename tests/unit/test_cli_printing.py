@@ -4,11 +4,11 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from outbox.positions import Position
+from outbox.positions import Position, readable
 from outbox_cli.errors import CommandUsageError, one_line
 from outbox_cli.first_connection import is_transient
 from outbox_cli.poll_config import read_poll_config
-from outbox_cli.printing import cell, checkpoint_text, escaped
+from outbox_cli.printing import cell, escaped
 from poller.administration import MAX_POSITION
 
 
@@ -33,8 +33,8 @@ def test_cells_are_never_read_as_markup() -> None:
 
 
 def test_a_checkpoint_at_the_frontier_reads_as_the_end_of_its_transaction() -> None:
-    assert checkpoint_text(Position(42, MAX_POSITION)) == "end of 42"
-    assert checkpoint_text(Position(42, 7)) == "42:7"
+    assert readable(Position(42, MAX_POSITION)) == "end of transaction 42"
+    assert readable(Position(42, 7)) == "42:7"
 
 
 def test_error_lines_are_masked_joined_escaped_and_cut() -> None:

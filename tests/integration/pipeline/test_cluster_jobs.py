@@ -93,7 +93,8 @@ def test_outbox_spark_run_runs_the_example_job_on_the_cluster(
             [
                 *(sys.executable, "-m", "outbox_cli", "spark", "run"),
                 *("--master", spark_cluster.master_url, "message-type-counts"),
-                *("--publication", "orders", "--available-now", "--output", str(output)),
+                *("--publication", "orders", "--subscription", "order-counts"),
+                *("--available-now", "--output", str(output)),
                 *("--checkpoint", str(tmp_path / "checkpoint"), "--watermark", "1 minute"),
             ],
             stdout=output_file,

@@ -45,7 +45,8 @@ def test_message_type_counts_writes_closed_windows_to_parquet(
     output = tmp_path / "counts"
     arguments = [
         *("run", "--master", "local[2]", "message-type-counts"),
-        *("--url", source_url, "--publication", "orders", "--available-now"),
+        *("--url", source_url, "--publication", "orders", "--subscription", "order-counts"),
+        "--available-now",
         *("--output", str(output), "--checkpoint", str(tmp_path / "checkpoint")),
         *("--window", "1 minute", "--watermark", "1 minute"),
     ]
