@@ -58,6 +58,19 @@ class Plan:
 
 
 async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> AsyncGenerator[Item]:
+    """The subscription's items one by one (`subscribe`)."""
+    async for page in pages(plan, clock):
+        for item in page:
+            yield item
+
+
+async def pages(
+    plan: Plan, clock: Callable[[], float] = time.monotonic
+) -> AsyncGenerator[list[Item]]:
+    """The items of each read at once, in order (never an empty list): `subscribe_sync` hops
+    to its caller's thread once a page, not once an item (a hop per item, a task and two
+    thread switches, held it to 14k messages a second where this loop reads 250k). A page is
+    no more than one read's rows, read when the caller has taken the page before it."""
     signals = CheckpointSignals(plan.checkpoint_interval, plan.checkpoint_timeout)
     async with Reads(plan.url) as reads, WakeUps(plan.url, plan.publication) as wake_ups:
         frontier, next_id, running = await reads.snapshot()
@@ -66,6 +79,7 @@ async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> Asy
         after = await _start_position(reads, plan, frontier)
         live = False
         while True:
+            page: list[Item] = []
             if not live and frontier < end:
                 # Taken before the read, so the read sees at least this far.
                 frontier = await reads.safe_frontier()
@@ -76,24 +90,27 @@ async def stream(plan: Plan, clock: Callable[[], float] = time.monotonic) -> Asy
                 if not live and message.transaction_id >= end:
                     live = True
                     signals.caught_up()
-                    yield CaughtUp()
+                    page.append(CaughtUp())
                 after = message.at
                 delivered = plan.filter.matches(message)
                 if delivered:
-                    yield message
+                    page.append(message)
                 checkpoint = signals.scanned(after, delivered=delivered, now=clock())
                 if checkpoint is not None:
-                    yield checkpoint
+                    page.append(checkpoint)
+            if len(batch) < BATCH_SIZE:
+                if not live and frontier >= end:
+                    # A short read reached a frontier past every transaction of the backlog.
+                    live = True
+                    signals.caught_up()
+                    page.append(CaughtUp())
+                checkpoint = signals.idle(clock())
+                if checkpoint is not None:
+                    page.append(checkpoint)
+            if page:
+                yield page
             if len(batch) == BATCH_SIZE:
                 continue
-            if not live and frontier >= end:
-                # A short read reached a frontier past every transaction of the backlog.
-                live = True
-                signals.caught_up()
-                yield CaughtUp()
-            checkpoint = signals.idle(clock())
-            if checkpoint is not None:
-                yield checkpoint
             deadline = signals.deadline()
             wait = POLL_INTERVAL if deadline is None else min(POLL_INTERVAL, deadline - clock())
             await wake_ups.wait(max(wait, 0.0))

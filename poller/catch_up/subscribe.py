@@ -5,13 +5,14 @@ Every argument is checked here, before a connection is opened, so a bad value fa
 call with one line naming it.
 """
 
+import contextlib
 from collections.abc import AsyncGenerator, Generator, Iterable
 
 from outbox.messages import check_name
 from outbox.positions import MAX_PART
 from poller.catch_up.settings import checkpoint_settings
 from poller.catch_up.signals import Checkpoint
-from poller.catch_up.stream import Filter, Item, Plan, stream
+from poller.catch_up.stream import Filter, Item, Plan, pages, stream
 from poller.catch_up.sync_bridge import iterate_in_thread
 
 
@@ -63,7 +64,14 @@ def subscribe_sync(
         checkpoint_interval,
         checkpoint_timeout,
     )
-    return iterate_in_thread(lambda: stream(plan))
+    return _flattened(iterate_in_thread(lambda: pages(plan)))
+
+
+def _flattened(each_page: Generator[list[Item]]) -> Generator[Item]:
+    """One item at a time, from pages taken one hop each; closing it closes the pages'."""
+    with contextlib.closing(each_page):
+        for page in each_page:
+            yield from page
 
 
 def _plan(

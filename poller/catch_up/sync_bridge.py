@@ -1,6 +1,7 @@
 """The plain-iterator face of an async iterator: one source for `subscribe` and
 `subscribe_sync`. The async iterator runs on a private event loop in its own thread; each
-`next()` waits for its next item, so nothing is read ahead of the caller."""
+`next()` waits for its next item (`subscribe_sync` steps pages: one read's items), so nothing
+is read ahead of the caller beyond it."""
 
 import asyncio
 import contextlib

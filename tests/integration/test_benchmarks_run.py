@@ -58,7 +58,7 @@ def test_writers_benchmark_reports_every_variant_with_ratios(
 
 
 def test_poller_and_consumer_group_benchmarks_report_ratios(database_server: str) -> None:
-    output = run_bench(database_server, "poller", "subscriptions")
+    output = run_bench(database_server, "poller", "subscriptions", "catch_up")
     for variant in (
         "raw read_batch query",
         "daemon, def handler no-op",
@@ -68,6 +68,10 @@ def test_poller_and_consumer_group_benchmarks_report_ratios(database_server: str
         "daemon, writers notify=True",
         "pinned, 32 consumers, 1 ms handler",
         "round-robin, 8 consumers, 1 ms handler",
+        "bare read loop",
+        "subscribe (async)",
+        "subscribe_sync",
+        "the daemon, def handler",
     ):
         assert variant in output
     assert re.search(r"\d\.\d\dx", output)
