@@ -29,7 +29,7 @@ from outbox_cli.extras import missing_extra, needs_extra_line
 from outbox_cli.printing import escaped
 from poller.administration import RefusedValueError, SubscriptionError
 from poller.daemon.handlers import HandlerNotFoundError
-from poller.daemon.worker import NotPollableError
+from poller.pollable import NotPollableError
 from poller.store.restore_check import RestoredDatabaseError
 
 log = logging.getLogger(__name__)

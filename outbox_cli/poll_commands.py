@@ -33,8 +33,8 @@ from poller.daemon.handlers import (
 )
 from poller.daemon.options import DaemonOptions, command_line_fields, retention_fields
 from poller.daemon.runner import run_daemon
-from poller.daemon.worker import check_pollable
 from poller.message import Message
+from poller.pollable import check_pollable
 from poller.store import retention_store
 from poller.store.restore_check import ensure_not_restored
 
