@@ -20,7 +20,7 @@ from outbox_cli.skip_command import skip
 from outbox_cli.spark_command import spark
 from outbox_cli.subscription_commands import parked, seek, subscription
 from outbox_cli.tail_command import tail
-from poller.administration import quoted
+from poller.operations import quoted
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
