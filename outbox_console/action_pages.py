@@ -202,8 +202,10 @@ def confirm(request: Request) -> HTMLResponse:
         return page(request, "refused.html", refusal.status_code, reason=str(refusal))
     with connection(request) as conn:
         privileges = operations.privileges(conn)
+        if not privileges.acts:
+            return page(request, "refused.html", 403, reason=_role_refusal(privileges))
         proposal = action.propose(conn, name, form)
-    return page(request, "confirm.html", proposal=proposal, privileges=privileges)
+    return page(request, "confirm.html", proposal=proposal)
 
 
 async def act(request: Request) -> Response:
@@ -249,7 +251,7 @@ def _role_refusal(privileges: operations.Privileges) -> str:
 
 
 def sign_in_form(request: Request) -> HTMLResponse:
-    return page(request, "sign_in.html", next=_safe_next(request.query_params.get("next")))
+    return page(request, "sign_in.html", next=safe_next(request.query_params.get("next")))
 
 
 async def sign_in(request: Request) -> Response:
@@ -265,12 +267,12 @@ async def sign_in(request: Request) -> Response:
     if holder is None:
         audit.refused(None, "sign-in", "a token this console does not accept", client)
         return page(
-            request, "sign_in.html", 403, next=_safe_next(form.get("next")), wrong_token=True
+            request, "sign_in.html", 403, next=safe_next(form.get("next")), wrong_token=True
         )
     sessions.sign_out(visitor.session_id)
     request.state.new_session_id = sessions.sign_in(holder)
     audit.done(holder, "sign-in", f"signed in from {client}")
-    return RedirectResponse(_safe_next(form.get("next")) or href(request, "/"), status_code=303)
+    return RedirectResponse(safe_next(form.get("next")) or href(request, "/"), status_code=303)
 
 
 async def sign_out(request: Request) -> Response:
@@ -286,7 +288,7 @@ async def sign_out(request: Request) -> Response:
     return RedirectResponse(href(request, "/"), status_code=303)
 
 
-def _safe_next(value: str | None) -> str | None:
+def safe_next(value: str | None) -> str | None:
     """A path on this site to go back to after signing in; anything else (another site,
     `//host`, a scheme) is dropped."""
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:

@@ -24,13 +24,23 @@ def _sampler(request: Request) -> Sampler:
 
 
 def _charts(history: History, name: str) -> dict[str, Any]:
+    """The subscription's two charts, from its first point kept (at most the history's span
+    ago) to now, so a young console's few minutes fill the width."""
     now = time.time()
     points = history.points(name, now)
-    start = now - history.keep_seconds
+    start = max(now - history.keep_seconds, points[0].at if points else now) - 1e-3
     return {
         "behind": line_chart([(p.at, p.behind) for p in points], start, now),
         "rate": line_chart([(p.at, p.rate) for p in points], start, now),
+        "span": span_text(now - start),
     }
+
+
+def span_text(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    if minutes >= 60:
+        return "the last hour"
+    return "the last minute" if minutes <= 1 else f"the last {minutes} minutes"
 
 
 def _overview_context(request: Request) -> dict[str, Any]:
