@@ -84,6 +84,9 @@ class Sampler:
                     if self.failure is None:
                         log.warning("the console cannot read the database: %s", failure)
                     self.failure = failure
+                except Exception as error:  # a bug: say it, and keep the pages answering
+                    log.error("the console's sampler failed; it tries again", exc_info=error)
+                    self.failure = mask_password(f"unexpected {type(error).__name__}: {error}")
                 else:
                     if self.failure is not None:
                         log.info("the console reads the database again")
