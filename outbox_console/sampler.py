@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import psycopg
-from anyio import to_thread
+from starlette.concurrency import run_in_threadpool
 
 from outbox.database_url import mask_password
 from outbox.positions import Position
@@ -78,7 +78,7 @@ class Sampler:
         try:
             while not stop.is_set():
                 try:
-                    await to_thread.run_sync(self.sample)
+                    await run_in_threadpool(self.sample)
                 except (psycopg.Error, OSError) as error:
                     failure = mask_password(str(error).strip().splitlines()[0])
                     if self.failure is None:
