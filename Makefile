@@ -16,20 +16,27 @@ uv:
 install: uv
 	$(UV) sync --locked --all-extras --compile-bytecode
 
-# promtool and prometheus, from Debian's `prometheus` package, for the alert rules' tests
-# (tests/acceptance/test_alert_rules.py, test_prometheus_monitoring.py); without them those
-# tests skip, saying so. Installed only where missing and apt-get runs as root (CI does this);
-# elsewhere, say what to install. The package's service is not started: its maintainer script
-# asks policy-rc.d, and the tests run a Prometheus of their own on a free port.
+# Debian's packages the tests drive, installed only where missing and apt-get runs as root (CI
+# does this); elsewhere, say what to install. Without them those tests skip, saying so.
+# - promtool and prometheus (`prometheus`), for the alert rules' tests
+#   (tests/acceptance/test_alert_rules.py, test_prometheus_monitoring.py). The package's service
+#   is not started: its maintainer script asks policy-rc.d, and the tests run a Prometheus of
+#   their own on a free port.
+# - chromium and chromedriver (`chromium`, `chromium-driver`), for the console's browser tests
+#   (tests/acceptance/console/): Selenium drives Debian's browser, nothing is downloaded.
+TOOLS = promtool:prometheus prometheus:prometheus chromium:chromium chromedriver:chromium-driver
+
 tools:
-	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then \
+	@missing=$$(for tool in $(TOOLS); do \
+	  command -v $${tool%%:*} >/dev/null 2>&1 || echo $${tool#*:}; done | sort -u | tr '\n' ' '); \
+	if [ -z "$$missing" ]; then \
 	  :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else \
-	  echo "promtool or prometheus missing: install Debian's prometheus package (as root:" \
-	    "apt-get install --no-install-recommends prometheus); the alert tests skip until then"; \
+	  echo "missing Debian packages: $$missing(as root: apt-get install" \
+	    "--no-install-recommends $$missing); the tests that need them skip until then"; \
 	fi
 
 demo: install

@@ -54,13 +54,12 @@ def migrate(context: CommandContext, revision: str, downgrade: bool, role_prefix
 def rebase(context: CommandContext) -> None:
     """After a restore into another cluster: rewrite the stored transaction ids so delivery
     resumes (one transaction; refused while a daemon leads; writers wait meanwhile)."""
-    from poller.store.rebase_store import RebaseRefusedError
-    from poller.store.rebase_store import rebase as rebase_outbox
+    from poller import operations
 
     with context.connect(autocommit=True) as conn:
         try:
-            result = rebase_outbox(conn)
-        except RebaseRefusedError as error:
+            result = operations.rebase(conn)
+        except operations.RebaseRefusedError as error:
             raise click.ClickException(f"rebase refused, nothing changed: {error}") from None
     if result is None:
         click.echo("nothing to rebase: no stored transaction id is ahead of this cluster")

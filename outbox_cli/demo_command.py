@@ -17,7 +17,7 @@ from outbox_cli.context import CommandContext
 from outbox_cli.demo.live import CountingHandler
 from outbox_cli.demo.relay_round import relay_round_unavailable, relay_to_nats
 from outbox_cli.demo.workload import WorkloadShape, WriterTally, read_until, run_writers
-from poller import administration
+from poller import operations
 from poller.daemon.background import DaemonThread
 from poller.daemon.options import DaemonOptions
 
@@ -51,7 +51,7 @@ def demo(context: CommandContext, writers: int, transactions: int) -> None:
     migrations.upgrade(url)
     publication = subscription = f"demo-{uuid.uuid4().hex[:8]}"
     with context.connect() as conn:
-        administration.create(
+        operations.create(
             conn,
             subscription,
             publication,
@@ -62,8 +62,8 @@ def demo(context: CommandContext, writers: int, transactions: int) -> None:
         _run(console, url, publication, WorkloadShape(writers, transactions))
     finally:
         with context.connect() as conn:
-            administration.delete(conn, subscription)
-            administration.delete_publication_messages(conn, publication)
+            operations.delete(conn, subscription)
+            operations.delete_publication_messages(conn, publication)
 
 
 def _run(console: Console, url: str, publication: str, shape: WorkloadShape) -> None:
@@ -123,7 +123,7 @@ def _show_progress(
                     settle_deadline = time.monotonic() + 15
                 delivered = handler.snapshot()
                 committed = len(tally.committed) if tally else None
-                checkpoint = administration.get(conn, subscription).checkpoint
+                checkpoint = operations.get(conn, subscription).checkpoint
                 conn.commit()
                 live.update(_progress_table(committed, delivered, readable(checkpoint)))
                 done = set(delivered) >= tally.committed if tally else False

@@ -27,10 +27,13 @@ import pydantic
 from outbox.database_url import mask_password
 from outbox_cli.extras import missing_extra, needs_extra_line
 from outbox_cli.printing import escaped
-from poller.administration import RefusedValueError, SubscriptionError
 from poller.daemon.handlers import HandlerNotFoundError
-from poller.daemon.worker import NotPollableError
-from poller.store.restore_check import RestoredDatabaseError
+from poller.operations import (
+    NotPollableError,
+    RefusedValueError,
+    RestoredDatabaseError,
+    SubscriptionError,
+)
 
 log = logging.getLogger(__name__)
 

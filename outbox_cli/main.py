@@ -5,6 +5,7 @@ import logging
 import click
 
 from outbox.database_url import PasswordMaskingFilter
+from outbox_cli.console_command import console
 from outbox_cli.context import CommandContext
 from outbox_cli.database_commands import db, migrate, rebase
 from outbox_cli.database_options import add_database_url_option
@@ -20,7 +21,7 @@ from outbox_cli.skip_command import skip
 from outbox_cli.spark_command import spark
 from outbox_cli.subscription_commands import parked, seek, subscription
 from outbox_cli.tail_command import tail
-from poller.administration import quoted
+from poller.operations import quoted
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -56,6 +57,7 @@ cli.add_command(demo)
 for command in (subscription, poll, relay, status, seek, skip, parked, message, spark, tail):
     cli.add_command(command)
 cli.add_command(prune)
+cli.add_command(console)
 add_database_url_option(cli)  # after every command is added: each takes --database-url
 
 

@@ -7,7 +7,7 @@ import click
 from outbox.positions import Position
 from outbox_cli.context import CommandContext
 from outbox_cli.printing import cell, console, table
-from poller import administration
+from poller import operations
 
 
 @click.group()
@@ -19,7 +19,7 @@ def _position(
     _context: click.Context, _parameter: click.Parameter, value: str | None
 ) -> Position | int | None:
     """A usage error in one line (outbox_cli.errors), not click's banner around it."""
-    return None if value is None else administration.parse_place(value)
+    return None if value is None else operations.parse_place(value)
 
 
 @message.command("show")
@@ -39,7 +39,7 @@ def show(
     if (message_id is None) == (at is None):
         raise click.UsageError("give exactly one of --id and --position")
     with context.connect() as conn:
-        found = administration.find_message(conn, publication, message_id=message_id, at=at)
+        found = operations.find_message(conn, publication, message_id=message_id, at=at)
     shown = table(("field", "value"), show_header=False)
     for field, value in (
         ("position", found.at),

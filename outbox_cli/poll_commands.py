@@ -23,7 +23,7 @@ from outbox_cli.poll_config import read_poll_config
 from outbox_cli.printing import cell, console
 from outbox_cli.retention_printing import print_oldest_holder
 from outbox_cli.status_printing import print_status
-from poller import administration, inspection
+from poller import operations
 from poller.daemon import garbage_collection
 from poller.daemon.handlers import (
     Handler,
@@ -33,10 +33,7 @@ from poller.daemon.handlers import (
 )
 from poller.daemon.options import DaemonOptions, command_line_fields, retention_fields
 from poller.daemon.runner import run_daemon
-from poller.daemon.worker import check_pollable
 from poller.message import Message
-from poller.store import retention_store
-from poller.store.restore_check import ensure_not_restored
 
 # package.module:callable, each part an identifier: anything else (`../etc:passwd`, a relative
 # import) is refused before the import machinery sees it.
@@ -155,8 +152,8 @@ def serve(
     options = DaemonOptions.with_lease(**given)
     with connect_when_up(context) as conn:
         for name in names:
-            check_pollable(name, administration.get(conn, name))
-            ensure_not_restored(conn, name)
+            operations.check_pollable(name, operations.get(conn, name))
+            operations.ensure_not_restored(conn, name)
     garbage_collection.set_for_daemon()
     run = run_daemon(
         context.database_url, names, handler, options, collectors=collectors, closers=closers
@@ -183,7 +180,7 @@ def exit_without_waiting(unfinished: list[Message]) -> NoReturn:
 def _handler(spec: str) -> Handler:
     if not _HANDLER_SPEC.fullmatch(spec):
         raise HandlerNotFoundError(
-            f"handler {administration.quoted(spec)} is not of the form package.module:callable"
+            f"handler {operations.quoted(spec)} is not of the form package.module:callable"
         )
     if sys.path[:1] != [os.getcwd()]:
         sys.path.insert(0, os.getcwd())
@@ -193,7 +190,7 @@ def _handler(spec: str) -> Handler:
         raise
     except Exception as error:  # the module's own code failed while importing
         raise CommandUsageError(
-            f"handler {administration.quoted(spec)}: importing it raised"
+            f"handler {operations.quoted(spec)}: importing it raised"
             f" {type(error).__name__}: {error}"
         ) from None
 
@@ -216,8 +213,8 @@ def status(context: CommandContext, /, as_json: bool, retention_stale_after: flo
             retention_stale_after=retention_stale_after
         ).retention_stale_after
     with context.connect() as conn:
-        rows = inspection.status(conn)
-        holders = retention_store.retention_holders(conn)
+        rows = operations.status(conn)
+        holders = operations.retention_holders(conn)
     if as_json:
         print_json([status_document(row) for row in rows])
         return

@@ -9,9 +9,8 @@ from outbox_cli.errors import CommandError
 from outbox_cli.poll_commands import options_of
 from outbox_cli.printing import cell, console
 from outbox_cli.retention_printing import partition_line, print_oldest_holder
+from poller import operations
 from poller.daemon.options import DaemonOptions, retention_fields
-from poller.daemon.retention import retention_pass
-from poller.store import retention_store
 
 _DONE = {
     "retired": "retired",
@@ -32,12 +31,12 @@ def prune(context: CommandContext, /, dry_run: bool, **option_values: float | No
     options = DaemonOptions(**given)
     out = console()
     with context.connect(autocommit=True) as conn:
-        done = retention_pass(conn, options, dry_run=dry_run)
+        done = operations.retention_pass(conn, options, dry_run=dry_run)
         if not done.ran:
             raise CommandError("another process is running retention now; try again later")
-        holders = retention_store.retention_holders(conn)
+        holders = operations.retention_holders(conn)
         minimum_age = options.retention_minimum_age
-        partitions = retention_store.partition_holders(conn, minimum_age) if dry_run else []
+        partitions = operations.partition_holders(conn, minimum_age) if dry_run else []
     if done.closed.partition is not None:
         out.print(
             cell(

@@ -3,7 +3,7 @@
 import datetime
 
 from outbox_cli.printing import cell, console, time_text
-from poller.store.retention_store import PartitionHolder, RetentionHolder
+from poller.operations import PartitionHolder, RetentionHolder
 
 _WHAT = {
     "subscription": "subscription",

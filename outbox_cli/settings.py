@@ -3,6 +3,7 @@
 from functools import cache
 from pathlib import Path
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -13,6 +14,8 @@ class CommandLineSettings(BaseSettings):
     database_url: str | None = None
     data_dir: Path = Path(".outbox")
     log_level: str = "INFO"
+    # OUTBOX_CONSOLE_TOKEN: a token that may act in `outbox console` (outbox_console.tokens).
+    console_token: SecretStr | None = None
 
 
 @cache

@@ -5,7 +5,7 @@ from rich.table import Table
 from outbox.positions import readable
 from outbox_cli.printing import cell, table
 from poller.membership import Layout
-from poller.store.shard_store import ShardLeadership, ShardStatus
+from poller.operations import ShardLeadership, ShardStatus
 
 
 def leadership_text(shards: ShardLeadership) -> str:

@@ -5,7 +5,7 @@ import click
 from outbox.positions import readable
 from outbox_cli.context import CommandContext
 from outbox_cli.printing import escaped
-from poller import administration
+from poller import operations
 
 
 @click.command()
@@ -20,7 +20,7 @@ def skip(context: CommandContext, name: str, to: str) -> None:
     next lease renewal; without one, the next leader applies it before reading.
     """
     with context.connect() as conn:
-        outcome = administration.request_skip(conn, name, to)
+        outcome = operations.request_skip(conn, name, to)
     if outcome.pending != outcome.requested:
         pending, requested = outcome.pending, outcome.requested
         click.echo(

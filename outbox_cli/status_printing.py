@@ -6,9 +6,7 @@ from rich.table import Table
 from outbox.positions import readable
 from outbox_cli.printing import cell, console, table, time_text
 from outbox_cli.shard_printing import leadership_text
-from poller.inspection import SubscriptionStatus
-from poller.store.records import Blocker
-from poller.store.shard_store import ShardLeader
+from poller.operations import Blocker, ShardLeader, SubscriptionStatus
 
 MISSING_PRIVILEGE = "unknown (needs pg_read_all_stats)"
 

@@ -21,9 +21,8 @@ from outbox_cli.json_output import (
 )
 from outbox_cli.printing import cell, console, escaped, table
 from outbox_cli.shard_printing import layout_text, shard_table
-from poller import administration, inspection, shard_administration
-from poller.administration import quoted
-from poller.shard_administration import ShardChange
+from poller import operations
+from poller.operations import ShardChange, quoted
 from poller.subscription.settings import SETTINGS
 
 # A listing larger than this is not read on a terminal; it would only load the database.
@@ -84,7 +83,7 @@ def create(
 ) -> None:
     """Create subscription NAME on a publication."""
     with context.connect() as conn:
-        at = administration.create(conn, name, publication, start, chosen_settings(values), shards)
+        at = operations.create(conn, name, publication, start, chosen_settings(values), shards)
     of = f" ({shards} shards)" if shards > 1 else ""
     after = readable(at)
     click.echo(f"created {escaped(name)} on {escaped(publication)}{of}, starting after {after}")
@@ -104,9 +103,9 @@ def update(context: CommandContext, /, name: str, shards: int | None, **values: 
     with context.connect() as conn, conn.transaction():
         change = None
         if shards is not None:
-            change = shard_administration.change_shard_count(conn, name, shards)
+            change = operations.change_shard_count(conn, name, shards)
         if changes:
-            administration.update_settings(conn, name, changes)
+            operations.update_settings(conn, name, changes)
     if changes:
         settings = ", ".join(f"{k}={v}" for k, v in changes.items())
         click.echo(f"updated {escaped(name)}: {settings}")
@@ -137,7 +136,7 @@ def _shards(count: int) -> str:
 def list_subscriptions(context: CommandContext, as_json: bool) -> None:
     """List subscriptions with their checkpoints and settings."""
     with context.connect() as conn:
-        records = administration.list_all(conn)
+        records = operations.list_all(conn)
     if as_json:
         print_json([subscription_document(record) for record in records])
         return
@@ -162,9 +161,9 @@ def show(context: CommandContext, name: str, as_json: bool) -> None:
     """One subscription: checkpoint, epoch, every setting in effect, a pending skip, and
     each shard (its checkpoint, backlog and leader)."""
     with context.connect() as conn:
-        record = administration.get(conn, name)
-        skip = administration.skip_request(conn, name)
-        shards = inspection.shards(conn, name)
+        record = operations.get(conn, name)
+        skip = operations.skip_request(conn, name)
+        shards = operations.shards(conn, name)
     document = subscription_document(record, skip, shards, detailed=True)
     if as_json:
         print_json(document)
@@ -192,28 +191,14 @@ def _settings_text(settings: dict[str, Any]) -> str:
 def delete(context: CommandContext, name: str) -> None:
     """Delete a subscription, its lease and its parked messages."""
     with context.connect() as conn:
-        administration.delete(conn, name)
+        operations.delete(conn, name)
     click.echo(f"deleted {escaped(name)}")
 
 
 def _time(
     _context: click.Context, _parameter: click.Parameter, value: str | None
 ) -> datetime.datetime | None:
-    """ISO 8601 with a UTC offset (`Z` or `+02:00`): a time without one is refused rather
-    than guessed in some zone."""
-    if value is None:
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise CommandUsageError(
-            f"--to-time {quoted(value)} is not an ISO 8601 time (like 2024-05-01T10:00:00Z)"
-        ) from None
-    if parsed.tzinfo is None:
-        raise CommandUsageError(
-            f"--to-time {quoted(value)} has no UTC offset (add Z or one like +02:00)"
-        )
-    return parsed
+    return None if value is None else operations.parse_time(value)
 
 
 @click.command()
@@ -240,12 +225,12 @@ def seek(
         raise click.UsageError("give exactly one of --to, --to-time and --to-message")
     with context.connect() as conn:
         if to_time is not None:
-            at, epoch = administration.seek_to_time(conn, name, to_time)
+            at, epoch = operations.seek_to_time(conn, name, to_time)
         elif to_message is not None:
-            at, epoch = administration.seek_to_message(conn, name, to_message)
+            at, epoch = operations.seek_to_message(conn, name, to_message)
         else:
             assert to is not None
-            at, epoch = administration.seek(conn, name, to)
+            at, epoch = operations.seek(conn, name, to)
     click.echo(f"{escaped(name)} now after {readable(at)} (epoch {epoch})")
 
 
@@ -262,7 +247,7 @@ def parked() -> None:
 def parked_list(context: CommandContext, name: str, limit: int, as_json: bool) -> None:
     """Show parked messages with their attempts and last error."""
     with context.connect() as conn:
-        rows = administration.list_parked(conn, name, limit)
+        rows = operations.list_parked(conn, name, limit)
     if as_json:
         print_json([parked_document(row) for row in rows])
         return
@@ -281,7 +266,7 @@ def parked_list(context: CommandContext, name: str, limit: int, as_json: bool) -
 def parked_show(context: CommandContext, name: str, position: str, as_json: bool) -> None:
     """The whole parked message at POSITION (POS or TX:POS) with its attempts and error."""
     with context.connect() as conn:
-        found = administration.parked_message(conn, name, position)
+        found = operations.parked_message(conn, name, position)
     document = parked_message_document(name, found)
     if as_json:
         print_json(document)
@@ -331,8 +316,8 @@ def parked_replay(
     parks the message again.
     """
     with context.connect() as conn:
-        target = administration.parked_target(conn, name, position, message_id)
-        requested = administration.request_replay(conn, name, target)
+        target = operations.parked_target(conn, name, position, message_id)
+        requested = operations.request_replay(conn, name, target)
     if not requested.marked:
         click.echo(f"{escaped(name)} has no parked messages to replay")
         return
@@ -364,11 +349,11 @@ def parked_purge(
     with --id (asks first unless --yes)."""
     with context.connect() as conn:
         # A missing subscription or message is an error before any question.
-        target = administration.parked_target(conn, name, position, message_id)
+        target = operations.parked_target(conn, name, position, message_id)
         what = "every parked message" if target is None else f"the parked message at {target}"
         if not yes:
             _confirm(f"drop {what} of {escaped(name)} for good?")
-        count = administration.purge_parked(conn, name, target)
+        count = operations.purge_parked(conn, name, target)
     click.echo(f"purged {count} parked messages of {escaped(name)}")
 
 

@@ -13,7 +13,7 @@ import click
 from outbox.positions import Position
 from outbox_cli.context import CommandContext
 from outbox_cli.tail.plain import print_lines, until_the_reader_leaves
-from poller import Checkpoint, subscribe
+from poller import Checkpoint, operations
 
 if TYPE_CHECKING:
     from outbox_cli.tail.app import Event
@@ -59,7 +59,7 @@ def tail(
     messages and checkpoint signals. On the screen: arrows move, Enter shows the whole message,
     End follows the newest row again, q or Ctrl-C quits."""
     # subscribe checks every argument here, before connecting: a bad value is a usage error.
-    events = subscribe(
+    events = operations.tail(
         context.database_url,
         publication,
         start=_start(start),

@@ -163,9 +163,60 @@ def update_settings(conn: psycopg.Connection[Any], name: str, changes: dict[str,
 
 
 def seek(conn: psycopg.Connection[Any], name: str, to: str) -> tuple[Position, int]:
-    publication = get(conn, name).publication
-    at = resolve_start(conn, to, option="--to")
-    return _seek_not_retired(conn, name, publication, at, _typed("--to", to))
+    return seek_at(conn, seek_target(conn, name, to=to))
+
+
+class SeekTarget(NamedTuple):
+    """Where a seek moves a subscription, before the retired-up-to mark is checked."""
+
+    record: SubscriptionRecord
+    at: Position
+    typed: str | None
+    """How the operator typed it, to name it in a refusal; None when the command worked it out
+    (`start`, a time, a message id), which the mark then raises instead (see _not_retired)."""
+
+
+def seek_target(
+    conn: psycopg.Connection[Any],
+    name: str,
+    *,
+    to: str | None = None,
+    since: datetime.datetime | None = None,
+    message_id: str | None = None,
+) -> SeekTarget:
+    """Where `outbox seek` would move `name`: after `to` (start, end or TX:POS), just before
+    the first message appended at or after `since`, or just before the message `message_id`
+    (exactly one of the three). Nothing is stored."""
+    if sum(value is not None for value in (to, since, message_id)) != 1:
+        raise RefusedValueError("give exactly one of --to, --to-time and --to-message")
+    if since is not None:
+        return _time_target(conn, name, since)
+    record = get(conn, name)
+    if message_id is not None:
+        try:
+            found = find_message(conn, record.publication, message_id=message_id)
+        except SubscriptionError as error:
+            raise SubscriptionError(f"--to-message: {error}") from None
+        return SeekTarget(record, _just_before(conn, found.at), None)
+    assert to is not None
+    return SeekTarget(record, resolve_start(conn, to, option="--to"), _typed("--to", to))
+
+
+def seek_at(conn: psycopg.Connection[Any], target: SeekTarget) -> tuple[Position, int]:
+    """Store the seek to `target` (refused past the retired-up-to mark, as _not_retired says);
+    the place stored and the new epoch."""
+    record = target.record
+    return _seek_not_retired(
+        conn, record.subscription_id, record.publication, target.at, target.typed
+    )
+
+
+def seek_preview_place(conn: psycopg.Connection[Any], target: SeekTarget) -> Position:
+    """Where `seek_at` would move the subscription now: `target`'s place, checked against the
+    retired-up-to mark as the seek checks it (a typed place before it is refused), without
+    storing or locking anything."""
+    publication = target.record.publication
+    return _past_mark(retired_up_to(conn, publication), publication, target.at, target.typed)
 
 
 def _typed(option: str, value: str) -> str | None:
@@ -186,6 +237,19 @@ def _not_retired(
     """
     lock_against_retirement(conn)
     mark = retired_up_to(conn, publication)
+    checked = _past_mark(mark, publication, at, typed)
+    if checked != at:
+        log.warning(
+            "messages of %s up to %s were retired by retention; starting after them",
+            quoted(publication),
+            mark,
+        )
+    return checked
+
+
+def _past_mark(
+    mark: Position | None, publication: str, at: Position, typed: str | None
+) -> Position:
     if mark is None or at >= mark:
         return at
     if typed is not None:
@@ -194,12 +258,23 @@ def _not_retired(
             f" retention, so delivery after {at} would silently skip some; give {mark} or"
             " later (or start) to accept that they are gone"
         )
-    log.warning(
-        "messages of %s up to %s were retired by retention; starting after them",
-        quoted(publication),
-        mark,
-    )
     return mark
+
+
+def parse_time(value: str, option: str = "--to-time") -> datetime.datetime:
+    """ISO 8601 with a UTC offset (`Z` or `+02:00`): a time without one is refused rather
+    than guessed in some zone."""
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise RefusedValueError(
+            f"{option} {quoted(value)} is not an ISO 8601 time (like 2024-05-01T10:00:00Z)"
+        ) from None
+    if parsed.tzinfo is None:
+        raise RefusedValueError(
+            f"{option} {quoted(value)} has no UTC offset (add Z or one like +02:00)"
+        )
+    return parsed
 
 
 def seek_to_time(
@@ -208,6 +283,10 @@ def seek_to_time(
     """Delivery resumes with the first message, in delivery order, appended at or after
     `since` (appended_at: the writer transaction's start; commit times are not stored).
     Nothing appended at or after `since` is passed over; a few appended before it may follow."""
+    return seek_at(conn, seek_target(conn, name, since=since))
+
+
+def _time_target(conn: psycopg.Connection[Any], name: str, since: datetime.datetime) -> SeekTarget:
     if since.tzinfo is None:
         raise SubscriptionError(
             f"--to-time {quoted(since.isoformat())} has no UTC offset"
@@ -220,19 +299,14 @@ def seek_to_time(
             f"--to-time {quoted(since.isoformat())} is in the future"
             f" (the database's clock says {now.isoformat()})"
         )
-    return _seek_not_retired(conn, name, record.publication, _just_before(conn, found), None)
+    return SeekTarget(record, _just_before(conn, found), None)
 
 
 def seek_to_message(
     conn: psycopg.Connection[Any], name: str, message_id: str
 ) -> tuple[Position, int]:
     """Delivery resumes with the message `message_id` of the subscription's publication."""
-    record = get(conn, name)
-    try:
-        found = find_message(conn, record.publication, message_id=message_id)
-    except SubscriptionError as error:
-        raise SubscriptionError(f"--to-message: {error}") from None
-    return _seek_not_retired(conn, name, record.publication, _just_before(conn, found.at), None)
+    return seek_at(conn, seek_target(conn, name, message_id=message_id))
 
 
 def _just_before(conn: psycopg.Connection[Any], found: Position | None) -> Position:

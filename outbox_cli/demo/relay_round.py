@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from poller import administration
+from poller import operations
 from poller.daemon.background import DaemonThread
 from poller.daemon.options import DaemonOptions
 
@@ -50,7 +50,7 @@ def relay_to_nats(url: str, publication: str, committed: int) -> RelayRound:
         declare=True,
     )
     with psycopg.connect(url, autocommit=True) as conn:
-        administration.create(conn, subscription, publication, "start", {})
+        operations.create(conn, subscription, publication, "start", {})
         try:
             options = DaemonOptions(lease_seconds=2.0, renew_every=0.5)
             with DaemonThread(url, [subscription], relay, options, closers=[relay.close]):
@@ -59,7 +59,7 @@ def relay_to_nats(url: str, publication: str, committed: int) -> RelayRound:
                     time.sleep(0.2)
             return RelayRound(stream, committed, _held(stream))
         finally:
-            administration.delete(conn, subscription)
+            operations.delete(conn, subscription)
             asyncio.run(_delete(stream))
 
 

@@ -16,8 +16,8 @@ import psycopg
 import outbox
 from outbox.positions import START, Position
 from outbox.queries import load_queries
+from poller import operations
 from poller.message import Message
-from poller.store.message_reads import message_from_row, read_batch
 
 DEMO_QUERIES = load_queries("demo_queries.sql")
 
@@ -93,7 +93,7 @@ def read_batch_naive(
         DEMO_QUERIES["read_batch_naive"],
         {"publication": publication, "after_position": after_position, "limit": limit},
     ).fetchall()
-    return [message_from_row(row) for row in rows]
+    return [Message.from_row(row) for row in rows]
 
 
 @dataclass
@@ -119,7 +119,7 @@ def read_until(
             if naive:
                 batch = read_batch_naive(conn, publication, last_position, 100)
             else:
-                batch = read_batch(conn, publication, checkpoint, 100)
+                batch = operations.read_messages(conn, publication, checkpoint, 100)
             for message in batch:
                 tally.positions.append(message.position)
                 tally.order.append(message.at)

@@ -28,9 +28,10 @@ from poller.daemon.log_context import SUBSCRIPTION
 from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
-from poller.daemon.worker import NotPollableError, SubscriptionWorker, check_pollable
+from poller.daemon.worker import SubscriptionWorker
 from poller.membership import Layout, ShardUnit, assign
 from poller.message import Message
+from poller.pollable import NotPollableError, check_pollable
 from poller.reconnect import Reconnector, failure_line
 from poller.store.leader_store import load_subscription
 from poller.store.membership_store import GroupState, leave_membership, renew_membership

@@ -27,6 +27,7 @@ from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.self_fence import SelfFence
 from poller.membership import ONLY_SHARD, ShardUnit
+from poller.pollable import NotPollableError, check_pollable
 from poller.reconnect import Backoff, Reconnector, failure_line
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
 from poller.store.message_reads import prepare_reader_async
@@ -36,22 +37,6 @@ from poller.store.retired_positions import RetiredPositionError
 from poller.waits import Stopped, wait_event
 
 log = logging.getLogger(__name__)
-
-
-class NotPollableError(LookupError):
-    """The subscription does not exist, or something other than the daemon consumes it."""
-
-
-def check_pollable(name: str, record: SubscriptionRecord | None) -> SubscriptionRecord:
-    if record is None:
-        raise NotPollableError(f"subscription {name!r} does not exist")
-    if record.kind is not None:
-        # Two consumers of one subscription row would move one checkpoint for both.
-        raise NotPollableError(
-            f"subscription {name!r} records a {record.kind} query's progress;"
-            f" the {record.kind} job reads it, not `outbox poll`"
-        )
-    return record
 
 
 class SubscriptionWorker:

@@ -37,7 +37,7 @@ from tests.support.own_servers import free_port
 
 pytestmark = pytest.mark.slow
 
-PACKAGES = {"outbox", "poller", "outbox_relays", "outbox_spark", "outbox_cli"}
+PACKAGES = {"outbox", "poller", "outbox_relays", "outbox_spark", "outbox_cli", "outbox_console"}
 # What `pip install outbox-poller` may bring besides itself: psycopg and what psycopg needs.
 BASE_DISTRIBUTIONS = {"outbox-poller", "psycopg", "psycopg-binary", "typing-extensions", "tzdata"}
 # Installed by extras the writer does not need: none may be imported by `import outbox`.
@@ -52,6 +52,9 @@ NOT_FOR_THE_WRITER = [
     "rich",
     "sqlalchemy",
     "textual",
+    "starlette",
+    "jinja2",
+    "uvicorn",
 ]
 # A delivery or a relay within this, on two shared cores with a cold start.
 DELIVERY_TIMEOUT = 60

@@ -15,6 +15,7 @@ TUI = ["textual"]
 RELAYS = ["aio_pika", "aiormq", "httpx", "nats", "redis"]
 SPARK_JOB_PATHS = ["--checkpoint", "/nowhere", "--output", "/nowhere"]
 SPARK = ["pyspark", "pyarrow", "adbc_driver_manager", "adbc_driver_postgresql"]
+CONSOLE = ["starlette", "jinja2", "uvicorn", "multipart", "python_multipart"]
 
 
 def assert_one_line(done_stderr: str, line: str) -> None:
@@ -46,8 +47,13 @@ def test_without_the_cli_extra_the_outbox_command_names_it() -> None:
             ["spark", "run", "message-type-counts", "--publication", "orders", *SPARK_JOB_PATHS],
             "outbox spark needs the spark extra: pip install 'outbox-poller[spark]'",
         ),
+        (
+            CONSOLE,
+            ["console"],
+            "outbox console needs the console extra: pip install 'outbox-poller[console]'",
+        ),
     ],
-    ids=["tui", "relays", "spark"],
+    ids=["tui", "relays", "spark", "console"],
 )
 def test_a_command_without_its_extra_names_it(
     database_url: str, missing: list[str], arguments: list[str], line: str

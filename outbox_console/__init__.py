@@ -1,0 +1,1 @@
+"""The operator console: `outbox console` serves it in a browser."""

@@ -1,0 +1,144 @@
+"""The operator façade: every verb an operator's front end runs (the `outbox` command line,
+the console in a browser) and the types they read back, in one place. Front ends import this
+package, never poller.store or the daemon's internals (an import-linter contract in
+pyproject.toml says so), as procrastinate's JobManager serves its CLI, its Django admin and
+its worker alike.
+
+The rules live in poller.administration (subscriptions, seeks, skips, parked messages),
+poller.inspection (where subscriptions stand), poller.shard_administration (a change of the
+shard count) and poller.pollable; the SQL in poller.store. Here besides: what an action would
+change (previews), what the connected role may do (privileges), reading messages, retention.
+"""
+
+from poller.administration import (
+    ParkedMessage,
+    ParkedRow,
+    RefusedValueError,
+    ReplayRequested,
+    SkipRequested,
+    SubscriptionError,
+    create,
+    delete,
+    delete_publication_messages,
+    find_message,
+    get,
+    list_all,
+    list_parked,
+    parked_message,
+    parked_target,
+    parse_place,
+    parse_time,
+    purge_parked,
+    quoted,
+    request_replay,
+    request_skip,
+    seek,
+    seek_to_message,
+    seek_to_time,
+    skip_request,
+    update_settings,
+)
+from poller.inspection import SubscriptionStatus, shards, status
+from poller.operations.figures import messages_between, runtime, shard_checkpoints
+from poller.operations.messages import (
+    MAX_LATEST,
+    latest_messages,
+    publications,
+    read_messages,
+    tail,
+)
+from poller.operations.previews import (
+    ParkedPreview,
+    SeekPreview,
+    SkipPreview,
+    preview_parked,
+    preview_seek,
+    preview_skip,
+)
+from poller.operations.privileges import Privileges, privileges
+from poller.operations.retention import (
+    PartitionHolder,
+    RetentionHolder,
+    RetentionPass,
+    partition_holders,
+    retention_holders,
+    retention_pass,
+)
+from poller.pollable import NotPollableError, check_pollable
+from poller.shard_administration import ShardChange, change_shard_count
+from poller.store.operator_store import Runtime, ShardCheckpoint
+from poller.store.rebase_store import RebaseRefusedError, RebaseResult, rebase
+from poller.store.records import Blocker, SkipRequest, SubscriptionRecord
+from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored
+from poller.store.shard_store import ShardLeader, ShardLeadership, ShardStatus
+
+__all__ = [
+    "MAX_LATEST",
+    "Blocker",
+    "NotPollableError",
+    "ParkedMessage",
+    "ParkedPreview",
+    "ParkedRow",
+    "PartitionHolder",
+    "Privileges",
+    "RebaseRefusedError",
+    "RebaseResult",
+    "RefusedValueError",
+    "ReplayRequested",
+    "RestoredDatabaseError",
+    "RetentionHolder",
+    "RetentionPass",
+    "Runtime",
+    "SeekPreview",
+    "ShardChange",
+    "ShardCheckpoint",
+    "ShardLeader",
+    "ShardLeadership",
+    "ShardStatus",
+    "SkipPreview",
+    "SkipRequest",
+    "SkipRequested",
+    "SubscriptionError",
+    "SubscriptionRecord",
+    "SubscriptionStatus",
+    "change_shard_count",
+    "check_pollable",
+    "create",
+    "delete",
+    "delete_publication_messages",
+    "ensure_not_restored",
+    "find_message",
+    "get",
+    "latest_messages",
+    "list_all",
+    "list_parked",
+    "messages_between",
+    "parked_message",
+    "parked_target",
+    "parse_place",
+    "parse_time",
+    "partition_holders",
+    "preview_parked",
+    "preview_seek",
+    "preview_skip",
+    "privileges",
+    "publications",
+    "purge_parked",
+    "quoted",
+    "read_messages",
+    "rebase",
+    "request_replay",
+    "request_skip",
+    "retention_holders",
+    "retention_pass",
+    "runtime",
+    "seek",
+    "seek_to_message",
+    "seek_to_time",
+    "shard_checkpoints",
+    "shards",
+    "skip_request",
+    "status",
+    "tail",
+    "update_settings",
+]

@@ -1,0 +1,58 @@
+"""Reading a publication's messages: a tail, the newest ones, a snapshot-safe page."""
+
+from collections.abc import AsyncGenerator, Iterable
+from typing import Any
+
+import psycopg
+
+from outbox.positions import Position
+from poller.catch_up.signals import Checkpoint
+from poller.catch_up.stream import Item
+from poller.catch_up.subscribe import subscribe
+from poller.message import Message
+from poller.store.message_reads import read_batch
+from poller.store.operator_store import OperatorStore
+
+# A page shows at most this many: more is not read in a browser, and would load the database.
+MAX_LATEST = 1000
+
+
+def tail(
+    database_url: str,
+    publication: str,
+    *,
+    start: str | Checkpoint,
+    message_types: Iterable[str] | None = None,
+    partition_key: str | None = None,
+) -> AsyncGenerator[Item]:
+    """`outbox tail`: the messages after `start` (start, end or a checkpoint), then live
+    ones, with checkpoint signals (a catch-up subscription; see poller.subscribe)."""
+    return subscribe(
+        database_url,
+        publication,
+        start=start,
+        message_types=message_types,
+        partition_key=partition_key,
+    )
+
+
+def latest_messages(conn: psycopg.Connection[Any], publication: str, limit: int) -> list[Message]:
+    """The newest messages of `publication` safe to read, at most `limit` (up to MAX_LATEST),
+    in delivery order (the newest last, as a tail shows them)."""
+    if not 1 <= limit <= MAX_LATEST:
+        raise ValueError(f"limit {limit} is not from 1 to {MAX_LATEST}")
+    return OperatorStore(conn).latest_messages(publication, limit)[::-1]
+
+
+def read_messages(
+    conn: psycopg.Connection[Any], publication: str, after: Position, limit: int
+) -> list[Message]:
+    """Up to `limit` committed messages after `after`, in delivery order: the daemon's
+    snapshot-safe read (the demo races a naive one against it)."""
+    return read_batch(conn, publication, after, limit)
+
+
+def publications(conn: psycopg.Connection[Any], *, with_messages: bool) -> list[str]:
+    """Every publication: with `with_messages`, those holding messages and those subscribed
+    to; without (a role that may not read messages), those subscribed to."""
+    return OperatorStore(conn).publications(with_messages=with_messages)

@@ -1,0 +1,96 @@
+"""What an operator's action would change, said before it is taken: a front end shows it on a
+confirmation (the console's pages) and then takes exactly the action previewed.
+
+Counts are of messages safe to read now; messages a leader finished after its last stored
+checkpoint are delivered again after any seek (delivery is at least once), and are not counted.
+"""
+
+import datetime
+from typing import Any, NamedTuple
+
+import psycopg
+
+from outbox.positions import Position, readable
+from poller import administration
+from poller.administration import SubscriptionError, quoted
+from poller.store.operator_store import OperatorStore
+
+
+class SeekPreview(NamedTuple):
+    subscription: str
+    to: Position
+    """Where delivery resumes after (what the seek stores, for every shard)."""
+    delivered_again: int
+    """Messages after `to` that a shard's checkpoint had passed: delivered again."""
+    passed_over: int
+    """Messages after a shard's checkpoint up to `to`: never delivered."""
+    voids_skip: bool
+    """A skip the leader has not finished yet ends with the seek (its epoch is over)."""
+
+
+class SkipPreview(NamedTuple):
+    subscription: str
+    to: Position
+    finished_undelivered: int
+    """Messages after a shard's checkpoint up to `to`: finished without delivery."""
+
+
+class ParkedPreview(NamedTuple):
+    subscription: str
+    target: Position | None
+    """The one parked message acted on; None: every one."""
+    messages: int
+
+
+def preview_seek(
+    conn: psycopg.Connection[Any],
+    name: str,
+    *,
+    to: str | None = None,
+    since: datetime.datetime | None = None,
+    message_id: str | None = None,
+) -> SeekPreview:
+    """What `outbox seek` would do now, refused as the seek would be (a typed place before
+    the retired-up-to mark, a change of the shard count draining)."""
+    target = administration.seek_target(conn, name, to=to, since=since, message_id=message_id)
+    administration.refuse_while_draining(target.record, f"cannot seek {quoted(name)}")
+    at = administration.seek_preview_place(conn, target)
+    again = passed = 0
+    store = OperatorStore(conn)
+    for shard in store.shard_checkpoints(target.record.subscription_id):
+        if at < shard.checkpoint:
+            again += store.messages_between(shard.publication, at, shard.checkpoint, shard.unit)
+        elif shard.checkpoint < at:
+            passed += store.messages_between(shard.publication, shard.checkpoint, at, shard.unit)
+    skip = administration.skip_request(conn, name)
+    return SeekPreview(
+        name, at, again, passed, skip is not None and skip.epoch == target.record.epoch
+    )
+
+
+def preview_skip(conn: psycopg.Connection[Any], name: str, to: str) -> SkipPreview:
+    """What `outbox skip` would finish without delivering, refused as the skip would be."""
+    record = administration.get(conn, name)
+    at = administration.resolve_start(conn, to, option="--to")
+    store = OperatorStore(conn)
+    shards = store.shard_checkpoints(record.subscription_id)
+    if not any(shard.checkpoint < at for shard in shards):
+        raise SubscriptionError(
+            f"--to {quoted(to)}: {quoted(name)} is already past it (checkpoint"
+            f" {readable(record.checkpoint)}); nothing to skip"
+        )
+    finished = sum(
+        store.messages_between(shard.publication, shard.checkpoint, at, shard.unit)
+        for shard in shards
+        if shard.checkpoint < at
+    )
+    return SkipPreview(name, at, finished)
+
+
+def preview_parked(
+    conn: psycopg.Connection[Any], name: str, target: Position | None
+) -> ParkedPreview:
+    """How many parked messages a replay or a purge of `target` (None: every one) acts on."""
+    administration.get(conn, name)
+    position = None if target is None else target.position
+    return ParkedPreview(name, target, OperatorStore(conn).count_parked(name, position))
