@@ -233,8 +233,8 @@ def _handler(spec: str) -> Handler:
 @click.command()
 @options_of([f for f in retention_fields() if f.name == "retention_stale_after"])
 @read_database_url_option(
-    "The hot standby the daemons read messages from: how far behind the primary it is, and"
-    " which subscriptions wait for its replay."
+    "The read replica (hot standby) the daemons read messages from: how far behind the"
+    " database it is, and which subscriptions wait for its replay."
 )
 @json_option
 @click.pass_obj

@@ -80,8 +80,9 @@ class DaemonOptions:
         default=None,
         repr=False,
         metadata={
-            "help": "A hot standby of the database to read messages from; everything else"
-            " (leases, checkpoints, parked rows) stays on the primary.",
+            "help": "A read replica (a streaming-replication hot standby) of the database to"
+            " read messages from; leases, checkpoints, parked rows and everything else stay"
+            " on the database.",
             "command_line": False,
         },
     )
