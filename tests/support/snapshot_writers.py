@@ -30,7 +30,7 @@ SUBTRANSACTIONS = (65, 90)
 @dataclass(frozen=True)
 class WriterMix:
     writers: int = 16
-    transactions_per_writer: int = 12
+    transactions_per_writer: int = 20
     keys: int = 10
     long_share: float = 0.15
     subtransaction_share: float = 0.15
