@@ -14,10 +14,10 @@ from typing import Any
 import click
 
 from outbox.positions import Position
-from outbox_cli.status_printing import ReadReplica
 from poller.operations import (
     ParkedMessage,
     ParkedRow,
+    ReadReplica,
     ShardLeader,
     ShardStatus,
     SkipRequest,

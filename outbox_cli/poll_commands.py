@@ -23,14 +23,14 @@ from outbox_cli.database_options import (
     given_read_database_url,
     read_database_url_option,
 )
-from outbox_cli.errors import CommandUsageError, DatabaseConnectionError
+from outbox_cli.errors import CommandUsageError
 from outbox_cli.first_connection import connect_when_up
 from outbox_cli.json_output import json_option, print_json, status_document
 from outbox_cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_format
 from outbox_cli.poll_config import read_poll_config
 from outbox_cli.printing import cell, console
 from outbox_cli.retention_printing import print_oldest_holder
-from outbox_cli.status_printing import ReadReplica, print_read_replica, print_status
+from outbox_cli.status_printing import print_read_replica, print_status
 from poller import operations
 from poller.daemon import garbage_collection
 from poller.daemon.handlers import (
@@ -261,7 +261,9 @@ def status(
     with context.connect() as conn:
         rows = operations.status(conn)
         holders = operations.retention_holders(conn)
-        replica = None if read_url is None else _read_replica(context, conn, read_url, rows)
+        replica = None
+        if read_url is not None:
+            replica = operations.read_replica(conn, read_url, rows, "outbox status")
     if as_json:
         print_json([status_document(row, replica) for row in rows])
         return
@@ -277,18 +279,3 @@ def status(
                 )
             )
     print_oldest_holder(holders, stale_after)
-
-
-def _read_replica(
-    context: CommandContext,
-    conn: psycopg.Connection[Any],
-    read_url: str,
-    rows: list[operations.SubscriptionStatus],
-) -> ReadReplica:
-    """The hot standby against the database: a status is still printed when it is down."""
-    masked = mask_password(read_url)
-    try:
-        with context.connect_to(read_url) as read_conn:
-            return ReadReplica(masked, operations.read_server(conn, read_conn, rows), None)
-    except DatabaseConnectionError as error:
-        return ReadReplica(masked, None, str(error))

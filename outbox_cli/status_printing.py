@@ -1,14 +1,12 @@
 """How `outbox status` reads on a terminal: one line per subscription, then the leader of each
 shard of the sharded ones."""
 
-from typing import NamedTuple
-
 from rich.table import Table
 
 from outbox.positions import readable
 from outbox_cli.printing import cell, console, table, time_text
 from outbox_cli.shard_printing import leadership_text
-from poller.operations import Blocker, ReadServerStatus, ShardLeader, SubscriptionStatus
+from poller.operations import Blocker, ReadReplica, ShardLeader, SubscriptionStatus
 
 MISSING_PRIVILEGE = "unknown (needs pg_read_all_stats)"
 
@@ -38,15 +36,6 @@ def print_status(rows: list[SubscriptionStatus]) -> None:
     sharded = [row for row in rows if row.shards.shard_count > 1 or row.shards.draining_shard_count]
     if sharded:
         console().print(_shard_leaders_table(sharded))
-
-
-class ReadReplica(NamedTuple):
-    """What `outbox status --read-database-url` found of the hot standby."""
-
-    masked_url: str
-    status: ReadServerStatus | None
-    unreachable: str | None
-    """Why it could not be asked (then `status` is None)."""
 
 
 def print_read_replica(replica: ReadReplica, rows: list[SubscriptionStatus]) -> None:

@@ -56,6 +56,7 @@ from poller.operations.previews import (
     preview_skip,
 )
 from poller.operations.privileges import Privileges, privileges
+from poller.operations.read_replica import ReadReplica, read_replica
 from poller.operations.retention import (
     PartitionHolder,
     RetentionHolder,
@@ -82,6 +83,7 @@ __all__ = [
     "ParkedRow",
     "PartitionHolder",
     "Privileges",
+    "ReadReplica",
     "ReadServerStatus",
     "RebaseRefusedError",
     "RebaseResult",
@@ -128,6 +130,7 @@ __all__ = [
     "purge_parked",
     "quoted",
     "read_messages",
+    "read_replica",
     "read_server",
     "rebase",
     "request_replay",

@@ -214,7 +214,7 @@ def test_a_server_of_another_cluster_is_refused_at_start(
     assert len(started.stderr.strip().splitlines()) == 1, started.stderr
 
 
-def test_status_and_metrics_show_the_lag_and_who_waits_for_the_standby(
+def test_status_the_console_and_metrics_show_the_lag_and_who_waits_for_the_standby(
     replica_pair: ReplicaPair,
 ) -> None:
     primary, standby = replica_pair.migrated_database("standby_status")
@@ -232,6 +232,7 @@ def test_status_and_metrics_show_the_lag_and_who_waits_for_the_standby(
             series = scrape(port)
         document = _status_json(primary, "--read-database-url", standby)
         printed = outbox_command(["status"], primary, OUTBOX_READ_DATABASE_URL=standby)
+        page = _console_overview(primary, standby)
     assert value(series, "outbox_read_replica_up") == 1
     assert value(series, "outbox_read_replica_waiting", subscription="ahead") == 1
     assert value(series, "outbox_read_replica_waiting", subscription="idle") == 0
@@ -245,10 +246,31 @@ def test_status_and_metrics_show_the_lag_and_who_waits_for_the_standby(
     assert printed.returncode == 0, printed.stderr
     assert "ahead: the read replica has not replayed up to its checkpoint" in printed.stdout
     assert "bytes of WAL behind the primary" in printed.stdout
+    assert "Read replica" in page
+    assert "bytes of WAL behind the primary" in page
+    assert "ahead: the read replica has not replayed up to its checkpoint" in page
+    assert "idle: the read replica" not in page
     replica_pair.wait_replayed()
     caught_up = _status_json(primary, "--read-database-url", standby)["ahead"]["read_replica"]
     assert caught_up["waiting"] is False
     assert _status_json(primary)["ahead"]["read_replica"] is None
+
+
+def _console_overview(url: str, read_url: str) -> str:
+    """The console's live overview, once its sampler has read the database and the replica."""
+    from starlette.testclient import TestClient
+
+    from outbox_console.app import create_app
+    from outbox_console.config import ConsoleConfig
+
+    config = ConsoleConfig(url, sample_interval=60, read_database_url=read_url)
+    with TestClient(create_app(config)) as client:
+
+        def sampled() -> str | None:
+            text = client.get("/live").text
+            return text if "Read replica" in text else None
+
+        return wait_until(sampled, 30, "the console's first sample")
 
 
 def _status_json(url: str, *arguments: str) -> dict[str, Any]:
