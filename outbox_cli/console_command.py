@@ -5,6 +5,7 @@ from pathlib import Path
 import click
 
 from outbox_cli.context import CommandContext
+from outbox_cli.database_options import given_read_database_url, read_database_url_option
 from outbox_cli.errors import CommandUsageError
 from poller.operations import quoted
 
@@ -59,6 +60,10 @@ def _root_path(_context: click.Context, _parameter: click.Parameter, value: str)
     show_default=True,
     help="Seconds between two readings of the overview, and between two points of its charts.",
 )
+@read_database_url_option(
+    "The read replica (hot standby) the daemons read messages from: the overview shows how far"
+    " behind the database it is, and which subscriptions wait for its replay."
+)
 @click.pass_obj
 def console(
     context: CommandContext,
@@ -68,6 +73,7 @@ def console(
     root_path: str,
     forwarded_allow_ips: str,
     sample_interval: float,
+    read_database_url: str | None,
 ) -> None:
     """Serve the operator console in a browser: every subscription, shard, parked message
     and publication, live; replay, purge, skip and seek, each after a confirmation, for
@@ -83,7 +89,10 @@ def console(
     tokens = configured_tokens(None if secret is None else secret.get_secret_value(), token_file)
     with context.connect():
         pass  # a wrong URL or a refused login fails here, in one line, not on every page
-    config = ConsoleConfig(context.database_url, tokens, sample_interval)
+    read_url = given_read_database_url(context, read_database_url)
+    config = ConsoleConfig(
+        context.database_url, tokens, sample_interval, read_database_url=read_url
+    )
     if not tokens:
         click.echo(
             f"no token ({TOKEN_VARIABLE} or --token-file): the console is read-only", err=True

@@ -58,7 +58,10 @@ class CommandContext:
 
     def connect(self, **options: Any) -> psycopg.Connection[Any]:
         """A connection to the database; a failure names the URL (password masked)."""
-        url = self.database_url
+        return self.connect_to(self.database_url, **options)
+
+    def connect_to(self, url: str, **options: Any) -> psycopg.Connection[Any]:
+        """A connection to `url` (the database, or a hot standby of it)."""
         try:
             return psycopg.connect(url, **options)
         # ValueError: psycopg resolves host names itself, and IDNA refuses some (too long).

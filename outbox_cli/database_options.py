@@ -1,10 +1,12 @@
-"""--database-url on every command, and --embedded-database on the daemons.
+"""--database-url on every command, --embedded-database on the daemons, and
+--read-database-url (a hot standby) on the daemons and `outbox status`.
 
 Without a URL the commands start an embedded PostgreSQL, which is what trying them wants. A
 daemon does so only when asked: a deployment that lost OUTBOX_DATABASE_URL would otherwise
 poll an empty local database and report itself healthy.
 """
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +14,9 @@ import click
 
 from outbox.names import DATABASE_URL_VARIABLE
 from outbox_cli.context import CommandContext, DatabaseNotGivenError
+from poller.daemon.options import DaemonOptions
+
+READ_DATABASE_URL_VARIABLE = "OUTBOX_READ_DATABASE_URL"
 
 DATABASE_URL_HELP = (
     f"The PostgreSQL URL; overrides {DATABASE_URL_VARIABLE}. Any other user of this host can"
@@ -67,3 +72,25 @@ def _require_database(ctx: click.Context, _: click.Parameter, embedded: bool) ->
         f" {DATABASE_URL_VARIABLE} (or --embedded-database to start the embedded PostgreSQL"
         f" under {context.settings.data_dir})"
     )
+
+
+def read_database_url_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--read-database-url URL, else OUTBOX_READ_DATABASE_URL (given_read_database_url)."""
+    return click.option(
+        "--read-database-url",
+        metavar="URL",
+        help=f"{help_text} Overrides {READ_DATABASE_URL_VARIABLE}; give a password through the"
+        " variable.",
+    )
+
+
+DAEMON_READ_HELP = next(
+    field.metadata["help"]
+    for field in dataclasses.fields(DaemonOptions)
+    if field.name == "read_database_url"
+)
+
+
+def given_read_database_url(context: CommandContext, option: str | None) -> str | None:
+    """The hot standby a command was given: the option, else the variable; None for none."""
+    return option or context.settings.read_database_url

@@ -28,11 +28,12 @@ def is_transient(error: BaseException) -> bool:
     return is_transient_failure(cause)
 
 
-def connect_when_up(context: CommandContext) -> psycopg.Connection[Any]:
+def connect_when_up(context: CommandContext, url: str | None = None) -> psycopg.Connection[Any]:
+    """A connection to the database, or to `url` (a hot standby of it)."""
     backoff, outage = Backoff(), Outage()
     while True:
         try:
-            conn = context.connect()
+            conn = context.connect_to(context.database_url if url is None else url)
         except DatabaseConnectionError as error:
             if not is_transient(error):
                 raise

@@ -17,6 +17,7 @@ from outbox.positions import Position
 from poller.operations import (
     ParkedMessage,
     ParkedRow,
+    ReadReplica,
     ShardLeader,
     ShardStatus,
     SkipRequest,
@@ -50,7 +51,8 @@ def position_fields(prefix: str, position: Position | None) -> dict[str, Any]:
     }
 
 
-def status_document(row: SubscriptionStatus) -> dict[str, Any]:
+def status_document(row: SubscriptionStatus, replica: ReadReplica | None = None) -> dict[str, Any]:
+    """`replica`: the hot standby `--read-database-url` named (its figures in every row)."""
     return {
         "subscription": row.subscription,
         "publication": row.publication,
@@ -75,6 +77,24 @@ def status_document(row: SubscriptionStatus) -> dict[str, Any]:
         "oldest_parked_age_seconds": row.oldest_parked_age,
         "kind": row.kind or "subscription",
         "last_batch_at": row.last_batch_at,
+        "read_replica": None if replica is None else read_replica_document(row, replica),
+    }
+
+
+def read_replica_document(row: SubscriptionStatus, replica: ReadReplica) -> dict[str, Any]:
+    """Its lag, whether this row's reads wait for its replay, and a problem that stops the
+    daemons reading there (refused, or unreachable: then the rest is null)."""
+    found = replica.status
+    if found is None:
+        problem: str | None = replica.unreachable
+    else:
+        problem = found.refused
+    return {
+        "url": replica.masked_url,
+        "problem": problem,
+        "lag_bytes": None if found is None else found.lag.bytes,
+        "lag_seconds": None if found is None else found.lag.seconds,
+        "waiting": None if found is None else row.subscription in found.waiting,
     }
 
 

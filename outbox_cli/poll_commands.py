@@ -11,10 +11,18 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+import psycopg
 from prometheus_client.registry import Collector
 
+from outbox.database_url import mask_password
+from outbox.read_servers import ReplicaLag, check_read_server, server_state
 from outbox_cli.context import CommandContext
-from outbox_cli.database_options import embedded_database_option
+from outbox_cli.database_options import (
+    DAEMON_READ_HELP,
+    embedded_database_option,
+    given_read_database_url,
+    read_database_url_option,
+)
 from outbox_cli.errors import CommandUsageError
 from outbox_cli.first_connection import connect_when_up
 from outbox_cli.json_output import json_option, print_json, status_document
@@ -22,7 +30,7 @@ from outbox_cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_forma
 from outbox_cli.poll_config import read_poll_config
 from outbox_cli.printing import cell, console
 from outbox_cli.retention_printing import print_oldest_holder
-from outbox_cli.status_printing import print_status
+from outbox_cli.status_printing import print_read_replica, print_status
 from poller import operations
 from poller.daemon import garbage_collection
 from poller.daemon.handlers import (
@@ -67,10 +75,12 @@ def options_of(
 
 def daemon_command(config_keys: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The options `outbox poll` and `outbox relay` share: subscriptions, a TOML config (with
-    `config_keys`), the log format, --embedded-database and every daemon option."""
+    `config_keys`), the log format, --embedded-database, --read-database-url and every daemon
+    option."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         command = embedded_database_option(daemon_options(command))
+        command = read_database_url_option(DAEMON_READ_HELP)(command)
         for option in reversed(
             [
                 click.option(
@@ -115,6 +125,7 @@ def poll(
     handler_spec: str | None,
     config: Path | None,
     log_format: str,
+    read_database_url: str | None,
     **option_values: float | None,
 ) -> None:
     """Run the daemon: deliver every committed message of the subscriptions to the handler.
@@ -136,7 +147,8 @@ def poll(
         raise click.UsageError("name a --subscription (or list them in --config)")
     if handler_spec is None:
         raise click.UsageError("name a --handler package.module:callable (or in --config)")
-    serve(context, names, _handler(handler_spec), option_values)
+    read_url = given_read_database_url(context, read_database_url)
+    serve(context, names, _handler(handler_spec), option_values, read_database_url=read_url)
 
 
 def serve(
@@ -146,14 +158,19 @@ def serve(
     option_values: dict[str, float | None],
     collectors: Sequence[Collector] = (),
     closers: Sequence[Callable[[], Awaitable[None]]] = (),
+    *,
+    read_database_url: str | None = None,
 ) -> None:
-    """Check the subscriptions, then run the daemon on them until SIGTERM or SIGINT."""
+    """Check the subscriptions (and the hot standby to read from), then run the daemon on
+    them until SIGTERM or SIGINT."""
     given = {name: value for name, value in option_values.items() if value is not None}
-    options = DaemonOptions.with_lease(**given)
+    options = DaemonOptions.with_lease(**given, read_database_url=read_database_url)
     with connect_when_up(context) as conn:
         for name in names:
             operations.check_pollable(name, operations.get(conn, name))
             operations.ensure_not_restored(conn, name)
+        if read_database_url is not None:
+            _check_read_server(context, conn, read_database_url)
     garbage_collection.set_for_daemon()
     run = run_daemon(
         context.database_url, names, handler, options, collectors=collectors, closers=closers
@@ -161,6 +178,24 @@ def serve(
     unfinished = asyncio.run(run)
     if unfinished:
         exit_without_waiting(unfinished)
+
+
+def _check_read_server(
+    context: CommandContext, conn: psycopg.Connection[Any], read_url: str
+) -> None:
+    """Refuses (exit 2) a read server that is no standby of the database, before any read;
+    says how far behind it is. A standby still starting is waited for, as the database is."""
+    masked = mask_password(read_url)
+    with connect_when_up(context, read_url) as read_conn:
+        read = server_state(read_conn)
+        primary = server_state(conn)
+    check_read_server(read, primary, masked)
+    log.info(
+        "reading messages from %s, %s; leases, checkpoints and parked rows stay on %s",
+        masked,
+        ReplicaLag.between(read, primary).describe(),
+        mask_password(context.database_url),
+    )
 
 
 def exit_without_waiting(unfinished: list[Message]) -> NoReturn:
@@ -197,12 +232,22 @@ def _handler(spec: str) -> Handler:
 
 @click.command()
 @options_of([f for f in retention_fields() if f.name == "retention_stale_after"])
+@read_database_url_option(
+    "The read replica (hot standby) the daemons read messages from: how far behind the"
+    " database it is, and which subscriptions wait for its replay."
+)
 @json_option
 @click.pass_obj
-def status(context: CommandContext, /, as_json: bool, retention_stale_after: float | None) -> None:
+def status(
+    context: CommandContext,
+    /,
+    as_json: bool,
+    read_database_url: str | None,
+    retention_stale_after: float | None,
+) -> None:
     """Where every subscription stands (the view outbox.subscription_status): its backlog,
-    leader, shards, blockers, retries and parked messages; then each shard's leader, and what
-    holds retention back (outbox.retention_status).
+    leader, shards, blockers, retries and parked messages; then each shard's leader, what
+    holds retention back (outbox.retention_status), and with a read database, its lag.
 
     Naming the sessions of other users that block a subscription needs pg_read_all_stats.
     """
@@ -212,13 +257,19 @@ def status(context: CommandContext, /, as_json: bool, retention_stale_after: flo
         stale_after = DaemonOptions(
             retention_stale_after=retention_stale_after
         ).retention_stale_after
+    read_url = given_read_database_url(context, read_database_url)
     with context.connect() as conn:
         rows = operations.status(conn)
         holders = operations.retention_holders(conn)
+        replica = None
+        if read_url is not None:
+            replica = operations.read_replica(conn, read_url, rows, "outbox status")
     if as_json:
-        print_json([status_document(row) for row in rows])
+        print_json([status_document(row, replica) for row in rows])
         return
     print_status(rows)
+    if replica is not None:
+        print_read_replica(replica, rows)
     for row in rows:
         if row.destination_unavailable is not None:
             console().print(

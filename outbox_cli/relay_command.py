@@ -7,6 +7,7 @@ import click
 
 import outbox_relays
 from outbox_cli.context import CommandContext
+from outbox_cli.database_options import given_read_database_url
 from outbox_cli.log_format import use_log_format
 from outbox_cli.poll_commands import daemon_command, serve
 from outbox_cli.poll_config import read_poll_config
@@ -35,6 +36,7 @@ def relay(
     subscriptions: tuple[str, ...],
     config: Path | None,
     log_format: str,
+    read_database_url: str | None,
     **option_values: float | None,
 ) -> None:
     """Publish every committed message of the subscriptions to a broker or a webhook.
@@ -62,4 +64,12 @@ def relay(
     relay_handler = outbox_relays.handler(url, declare=bool(declare))
     asyncio.run(relay_handler.check())
     registry = relay_handler.metrics.registry
-    serve(context, names, relay_handler, option_values, [registry], [relay_handler.close])
+    serve(
+        context,
+        names,
+        relay_handler,
+        option_values,
+        [registry],
+        [relay_handler.close],
+        read_database_url=given_read_database_url(context, read_database_url),
+    )

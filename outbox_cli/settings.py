@@ -12,6 +12,8 @@ class CommandLineSettings(BaseSettings):
 
     # Unset: the CLI starts an embedded PostgreSQL under data_dir and uses that.
     database_url: str | None = None
+    # A hot standby to read messages from (`outbox poll`, `relay`, `status`): unset, none.
+    read_database_url: str | None = None
     data_dir: Path = Path(".outbox")
     log_level: str = "INFO"
     # OUTBOX_CONSOLE_TOKEN: a token that may act in `outbox console` (outbox_console.tokens).

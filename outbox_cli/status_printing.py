@@ -6,7 +6,7 @@ from rich.table import Table
 from outbox.positions import readable
 from outbox_cli.printing import cell, console, table, time_text
 from outbox_cli.shard_printing import leadership_text
-from poller.operations import Blocker, ShardLeader, SubscriptionStatus
+from poller.operations import Blocker, ReadReplica, ShardLeader, SubscriptionStatus
 
 MISSING_PRIVILEGE = "unknown (needs pg_read_all_stats)"
 
@@ -36,6 +36,28 @@ def print_status(rows: list[SubscriptionStatus]) -> None:
     sharded = [row for row in rows if row.shards.shard_count > 1 or row.shards.draining_shard_count]
     if sharded:
         console().print(_shard_leaders_table(sharded))
+
+
+def print_read_replica(replica: ReadReplica, rows: list[SubscriptionStatus]) -> None:
+    """How far behind the primary the hot standby is, and who waits for its replay."""
+    found = replica.status
+    if found is None:
+        console().print(cell(f"read replica {replica.masked_url}: {replica.unreachable}"))
+        return
+    if found.refused is not None:
+        console().print(
+            cell(f"read replica {replica.masked_url}: the daemons refuse it: {found.refused}")
+        )
+        return
+    console().print(cell(f"read replica {replica.masked_url}: {found.lag.describe()}"))
+    for row in rows:
+        if row.subscription in found.waiting:
+            console().print(
+                cell(
+                    f"{row.subscription}: the read replica has not replayed up to its checkpoint"
+                    f" {readable(row.checkpoint)}; its reads wait for it"
+                )
+            )
 
 
 def _leader_text(row: SubscriptionStatus) -> str:

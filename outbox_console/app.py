@@ -55,7 +55,9 @@ def _unexpected(request: Request, error: Exception) -> Response:
 
 def create_app(config: ConsoleConfig) -> Starlette:
     history = History(config.history_seconds, config.sample_interval)
-    sampler = Sampler(config.database_url, config.sample_interval, history)
+    sampler = Sampler(
+        config.database_url, config.sample_interval, history, read_url=config.read_database_url
+    )
     sessions = Sessions()
 
     @contextlib.asynccontextmanager

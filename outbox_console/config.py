@@ -1,5 +1,6 @@
 """How `outbox console` was started: its database, tokens and sampling."""
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from outbox_console.tokens import Token
@@ -17,4 +18,6 @@ class ConsoleConfig:
     """Who may sign in to act; none: the console is read-only for everybody."""
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL
     """Seconds between two readings of the overview (and points of the charts)."""
+    read_database_url: str | None = dataclasses.field(default=None, repr=False)
+    """The read replica the daemons read messages from: its lag is sampled too."""
     history_seconds: float = HISTORY_SECONDS

@@ -7,6 +7,10 @@ checkpoint moved forward, the messages of that shard between its two places, ove
 between the samples. It needs a role that may read messages (the count is of rows of
 outbox.messages); for one that may not, the rate is unknown. Counting costs an index range
 scan of what was delivered meanwhile, hashing each key of a sharded subscription.
+
+With a read replica (`outbox console --read-database-url`), each sample also asks it how far
+behind the database it is (a short connection of its own); a replica that cannot be reached
+says so in the overview and fails nothing else.
 """
 
 import asyncio
@@ -36,6 +40,8 @@ class Overview(NamedTuple):
     """Messages a second each subscription's checkpoints passed since the sample before."""
     holders: list[operations.RetentionHolder]
     publications: list[str]
+    read_replica: operations.ReadReplica | None = None
+    """None when the console was given no read replica."""
 
 
 class Sampler:
@@ -45,6 +51,8 @@ class Sampler:
         interval: float,
         history: History,
         clock: Callable[[], float] = time.time,
+        *,
+        read_url: str | None = None,
     ) -> None:
         self.interval = interval
         self.history = history
@@ -54,6 +62,7 @@ class Sampler:
         self._url = database_url
         self._clock = clock
         self._conn: psycopg.Connection[Any] | None = None
+        self._read_url = read_url
         self._checkpoints: dict[ShardPlace, Position] = {}
         self._sampled_at: float | None = None
 
@@ -119,7 +128,10 @@ class Sampler:
             self.history.add(row.subscription, Point(now, behind, rates[row.subscription]))
         self.history.keep_only(rates)
         taken_at = datetime.datetime.fromtimestamp(now, datetime.UTC)
-        return Overview(taken_at, privileges, statuses, rates, holders, publications)
+        replica = None
+        if self._read_url is not None:
+            replica = operations.read_replica(conn, self._read_url, statuses, "outbox-console")
+        return Overview(taken_at, privileges, statuses, rates, holders, publications, replica)
 
     def _rates(
         self,

@@ -21,6 +21,7 @@ from outbox_spark.copy_reader import APPLICATION_NAME, read_slice
 from outbox_spark.options import BatchOptions, OptionError
 from outbox_spark.partitions import Slice
 from outbox_spark.retired_ranges import mark_statement, refuse_retired
+from outbox_spark.standby_reads import check_reads
 
 
 class OutboxBatchReader(DataSourceReader):
@@ -32,8 +33,13 @@ class OutboxBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         options = self.options
         with psycopg.connect(
-            options.database.conninfo(), autocommit=True, application_name=APPLICATION_NAME
+            options.reads.conninfo(), autocommit=True, application_name=APPLICATION_NAME
         ) as conn:
+            if options.read_database is not None:
+                with psycopg.connect(
+                    options.database.conninfo(), autocommit=True, application_name=APPLICATION_NAME
+                ) as database:
+                    check_reads(conn, database, options.read_database)
             mark = conn.execute(mark_statement(options.publication)).fetchone()
             refuse_retired(options.publication, options.start, mark)
             end = self._end(conn)
@@ -53,7 +59,7 @@ class OutboxBatchReader(DataSourceReader):
         part: Slice = partition.value
         options = self.options
         return read_slice(
-            options.database.conninfo(),
+            options.reads.conninfo(),
             options.publication,
             part,
             options.copy_driver,

@@ -22,6 +22,7 @@ from outbox_spark.options import CopyDriver
 from outbox_spark.partitions import Slice
 from outbox_spark.queries import pipeline_queries
 from outbox_spark.retired_ranges import mark_statement, refuse_retired
+from outbox_spark.standby_reads import replayed_statement, wait_for_replay
 from outbox_spark.wire_batches import WIRE_SCHEMA, declared_batch
 from outbox_spark.worker_connections import adbc_connection
 
@@ -63,12 +64,16 @@ def read_slice(
     statement = slice_statement(publication, part)
     after = part.after if check_retired else None
     if _chosen_driver(driver) is CopyDriver.ADBC:
-        return _read_with_adbc(conninfo, statement, publication, after)
-    return _read_with_psycopg(conninfo, statement, publication, after)
+        return _read_with_adbc(conninfo, statement, publication, part.until, after)
+    return _read_with_psycopg(conninfo, statement, publication, part.until, after)
 
 
 def _read_with_adbc(
-    conninfo: str, statement: sql.Composed, publication: str, checked_after: Position | None
+    conninfo: str,
+    statement: sql.Composed,
+    publication: str,
+    until: Position,
+    checked_after: Position | None,
 ) -> Generator[pa.RecordBatch, None, None]:
     # Without a connection, as_string writes backslashes in E'...' strings, valid whatever
     # the server's standard_conforming_strings.
@@ -77,6 +82,13 @@ def _read_with_adbc(
         adbc_connection(conninfo, APPLICATION_NAME) as connection,
         connection.cursor() as cursor,
     ):
+
+        def replayed() -> bool:
+            cursor.execute(replayed_statement(until).as_string(None))
+            row = cursor.fetchone()
+            return bool(row is not None and row[0])
+
+        wait_for_replay(replayed, until)  # a hot standby's slice (see standby_reads.py)
         # Without parameters the driver runs COPY (...) TO STDOUT (FORMAT binary).
         cursor.execute(text)
         finished = False
@@ -96,9 +108,19 @@ def _read_with_adbc(
 
 
 def _read_with_psycopg(
-    conninfo: str, statement: sql.Composed, publication: str, checked_after: Position | None
+    conninfo: str,
+    statement: sql.Composed,
+    publication: str,
+    until: Position,
+    checked_after: Position | None,
 ) -> Generator[pa.RecordBatch, None, None]:
     with psycopg.connect(conninfo, autocommit=True, application_name=APPLICATION_NAME) as conn:
+
+        def replayed() -> bool:
+            row = conn.execute(replayed_statement(until)).fetchone()
+            return bool(row is not None and row[0])
+
+        wait_for_replay(replayed, until)  # a hot standby's slice (see standby_reads.py)
         # CSV renders timestamptz in the session's zone and style; Arrow reads ISO with +00.
         conn.execute("SET TimeZone TO 'UTC'")
         conn.execute("SET DateStyle TO 'ISO'")

@@ -5,7 +5,8 @@ Options appear in query plans, logs and the Spark UI, so none may carry a passwo
 database is a password-less `url` (libpq then takes the password from PGPASSWORD or a .pgpass
 file on each executor), the name of an environment variable, `urlEnv`, or the path of a file
 holding the URL, `urlFile` (a mounted secret, or a file shipped with `--files`); the last two
-are read on each executor at connection time.
+are read on each executor at connection time. A hot standby to read messages from is given
+the same three ways, `readUrl`, `readUrlEnv` or `readUrlFile`.
 """
 
 import dataclasses
@@ -52,18 +53,22 @@ class DatabaseLocation:
     url: str | None
     url_environment_variable: str
     url_file: str | None = None
+    option: str = "url"
+    """The options it was given by: `url` (the database), `readUrl` (a hot standby), and
+    their `Env` and `File` forms."""
 
     def conninfo(self) -> str:
         if self.url is not None:
             return self.url
         if self.url_file is not None:
-            return _read_url_file(self.url_file)
+            return _read_url_file(self.url_file, f"{self.option}File")
         value = os.environ.get(self.url_environment_variable)
         if not value:
             raise OptionError(
-                f"environment variable {self.url_environment_variable} (option urlEnv) is not"
-                f" set in this process (pid {os.getpid()}); set it on the driver and every"
-                " executor, or pass a password-less `url` option"
+                f"environment variable {self.url_environment_variable} (option"
+                f" {self.option}Env) is not set in this process (pid {os.getpid()}); set it on"
+                f" the driver and every executor, or pass a password-less `{self.option}`"
+                " option"
             )
         return value
 
@@ -78,6 +83,13 @@ class SourceOptions:
     num_partitions: int = 1
     partition_by: PartitionBy = PartitionBy.RANGE
     copy_driver: CopyDriver = CopyDriver.AUTO
+    read_database: DatabaseLocation | None = None
+    """A hot standby of the database: batch ends, split points and slices are read there;
+    the subscription row (progress) is written on `database`."""
+
+    @property
+    def reads(self) -> DatabaseLocation:
+        return self.database if self.read_database is None else self.read_database
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +103,25 @@ class BatchOptions:
     num_partitions: int = 1
     partition_by: PartitionBy = PartitionBy.RANGE
     copy_driver: CopyDriver = CopyDriver.AUTO
+    read_database: DatabaseLocation | None = None
+    """A hot standby of the database: everything is read there (`database` is asked only
+    whether it is one)."""
+
+    @property
+    def reads(self) -> DatabaseLocation:
+        return self.database if self.read_database is None else self.read_database
 
 
-_COMMON = ("publication", "url", "urlEnv", "urlFile", "numPartitions", "partitionBy", "copyDriver")
+_DATABASE = ("url", "urlEnv", "urlFile")
+_READ_DATABASE = ("readUrl", "readUrlEnv", "readUrlFile")
+_COMMON = (
+    "publication",
+    *_DATABASE,
+    *_READ_DATABASE,
+    "numPartitions",
+    "partitionBy",
+    "copyDriver",
+)
 _STREAM_ONLY = ("subscription", "startingOffsets", "maxRowsPerBatch")
 _BATCH_ONLY = ("startingOffsets", "endingOffsets")
 
@@ -109,6 +137,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         num_partitions=_positive_integer(values, "numPartitions") or 1,
         partition_by=_choice(values, "partitionBy", PartitionBy, PartitionBy.RANGE),
         copy_driver=_choice(values, "copyDriver", CopyDriver, CopyDriver.AUTO),
+        read_database=_read_database(values),
     )
 
 
@@ -123,6 +152,7 @@ def parse_batch_options(options: Mapping[str, str]) -> BatchOptions:
         num_partitions=_positive_integer(values, "numPartitions") or 1,
         partition_by=_choice(values, "partitionBy", PartitionBy, PartitionBy.RANGE),
         copy_driver=_choice(values, "copyDriver", CopyDriver, CopyDriver.AUTO),
+        read_database=_read_database(values),
     )
 
 
@@ -184,24 +214,40 @@ def _identifier(values: Mapping[str, str], name: str) -> str:
 
 
 def _database(values: Mapping[str, str]) -> DatabaseLocation:
-    url = values.get("url")
-    environment_variable = values.get("urlenv")
-    url_file = values.get("urlfile")
-    given = [name for name in ("url", "urlEnv", "urlFile") if name.lower() in values]
+    """`url`, `urlEnv` or `urlFile`; none: the environment variable OUTBOX_DATABASE_URL."""
+    return _location(values, _DATABASE, DATABASE_URL_VARIABLE)
+
+
+def _read_database(values: Mapping[str, str]) -> DatabaseLocation | None:
+    """`readUrl`, `readUrlEnv` or `readUrlFile`; none: no hot standby, reads go to `url`."""
+    if not any(name.lower() in values for name in _READ_DATABASE):
+        return None
+    return _location(values, _READ_DATABASE, "")
+
+
+def _location(
+    values: Mapping[str, str], names: tuple[str, str, str], default_variable: str
+) -> DatabaseLocation:
+    url_option, variable_option, file_option = names
+    url = values.get(url_option.lower())
+    environment_variable = values.get(variable_option.lower())
+    url_file = values.get(file_option.lower())
+    given = [name for name in names if name.lower() in values]
     if len(given) > 1:
         raise OptionError(f"options {' and '.join(given)} exclude each other; give one")
     if environment_variable is not None and not environment_variable.strip():
-        raise OptionError("option urlEnv must name an environment variable, got ''")
+        raise OptionError(f"option {variable_option} must name an environment variable, got ''")
     if url_file is not None and not url_file.strip():
-        raise OptionError("option urlFile must be the path of a file, got ''")
+        raise OptionError(f"option {file_option} must be the path of a file, got ''")
     return DatabaseLocation(
-        url=None if url is None else refuse_password(url, "url"),
-        url_environment_variable=environment_variable or DATABASE_URL_VARIABLE,
+        url=None if url is None else refuse_password(url, url_option),
+        url_environment_variable=environment_variable or default_variable,
         url_file=url_file,
+        option=url_option,
     )
 
 
-def _read_url_file(name: str) -> str:
+def _read_url_file(name: str, option: str) -> str:
     """The URL in file `name`: a path, or the name of a file shipped with spark-submit --files.
 
     Read where the connection is made, so the URL (and its password) never travels in an
@@ -218,11 +264,11 @@ def _read_url_file(name: str) -> str:
         url = path.read_text().strip()
     except OSError as error:
         raise OptionError(
-            f"option urlFile: cannot read {name} in this process (pid {os.getpid()}):"
+            f"option {option}: cannot read {name} in this process (pid {os.getpid()}):"
             f" {error.strerror}; the file must exist on the driver and every executor"
         ) from None
     if not url:
-        raise OptionError(f"option urlFile: {name} is empty")
+        raise OptionError(f"option {option}: {name} is empty")
     return url
 
 

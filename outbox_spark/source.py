@@ -34,6 +34,7 @@ from outbox_spark.options import (
     parse_source_options,
 )
 from outbox_spark.partitions import Slice
+from outbox_spark.standby_reads import check_reads
 
 
 class OutboxDataSource(DataSource):
@@ -65,12 +66,15 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._connection: psycopg.Connection[Any] | None = None
+        # To a hot standby (readUrl): batch ends and split points are read there.
+        self._read_connection: psycopg.Connection[Any] | None = None
         # Trigger.AvailableNow: the last safe row when the query started; None otherwise.
         self._ceiling: Position | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_connection"] = None  # a socket cannot travel to an executor
+        state["_read_connection"] = None
         return state
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802
@@ -108,7 +112,7 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         options = self.options
         slices = batches.slices(
-            self._conn(),
+            self._read_conn(),
             options.publication,
             after,
             until,
@@ -120,7 +124,7 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         part: Slice = partition.value
         # Resolved here, on the executor: the URL (and any password) never sits in a plan.
-        conninfo = self.options.database.conninfo()
+        conninfo = self.options.reads.conninfo()
         return read_slice(conninfo, self.options.publication, part, self.options.copy_driver)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -129,23 +133,40 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def stop(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        for connection in (self._connection, self._read_connection):
+            if connection is not None:
+                connection.close()
+        self._connection = self._read_connection = None
 
     def _batch_end(self, after: Position, limit: int | None) -> Position | None:
-        return batches.batch_end(self._conn(), self.options.publication, after, limit)
+        return batches.batch_end(self._read_conn(), self.options.publication, after, limit)
+
+    def _read_conn(self) -> psycopg.Connection[Any]:
+        """Where batch ends and split points are read: the hot standby, checked once it is
+        connected (see standby_reads.py), else the database."""
+        reads = self.options.read_database
+        if reads is None:
+            return self._conn()
+        if self._read_connection is None or self._read_connection.closed:
+            connection = _connect(reads.conninfo())
+            try:
+                check_reads(connection, self._conn(), reads)
+            except BaseException:
+                connection.close()
+                raise
+            self._read_connection = connection
+        return self._read_connection
 
     def _conn(self) -> psycopg.Connection[Any]:
         if self._connection is None or self._connection.closed:
-            # Autocommit: every statement takes a fresh snapshot, hence a fresh frontier, and
-            # the driver never holds a transaction open between triggers.
-            self._connection = psycopg.connect(
-                self.options.database.conninfo(),
-                autocommit=True,
-                application_name=APPLICATION_NAME,
-            )
+            self._connection = _connect(self.options.database.conninfo())
         return self._connection
+
+
+def _connect(conninfo: str) -> psycopg.Connection[Any]:
+    # Autocommit: every statement takes a fresh snapshot, hence a fresh frontier, and the
+    # driver never holds a transaction open between triggers.
+    return psycopg.connect(conninfo, autocommit=True, application_name=APPLICATION_NAME)
 
 
 def _refuse_another_schema(schema: StructType) -> None:

@@ -9,6 +9,7 @@ import psycopg
 from outbox.positions import Position
 from poller.administration import get
 from poller.store.admin_store import AdminStore
+from poller.store.read_server_check import ReadServerStatus, read_server_status
 from poller.store.records import Blocker
 from poller.store.shard_store import (
     ShardLeader,
@@ -86,6 +87,16 @@ def status(conn: psycopg.Connection[Any]) -> list[SubscriptionStatus]:
             )
         )
     return result
+
+
+def read_server(
+    conn: psycopg.Connection[Any],
+    read_conn: psycopg.Connection[Any],
+    rows: list[SubscriptionStatus],
+) -> ReadServerStatus:
+    """`read_conn`'s server (a hot standby messages are read from) against `conn`'s, for the
+    subscriptions of `status(conn)`."""
+    return read_server_status(conn, read_conn, {row.subscription: row.checkpoint for row in rows})
 
 
 def shards(conn: psycopg.Connection[Any], name: str) -> list[ShardStatus]:

@@ -119,3 +119,7 @@ WHERE subscription_id = %(subscription)s
 -- A publication's retired-up-to mark (the last message retention dropped, in delivery order), checked by a batch read, which holds no subscription row back: before planning, and by each slice after its COPY.
 SELECT transaction_id::text::bigint AS transaction_id, position FROM outbox.retired_positions
 WHERE publication_id = {publication}
+
+-- pipeline_replayed_past --
+-- Whether this server's safe frontier is past a slice's end, so every row of the slice is there: always on the primary the end was chosen on, and on a hot standby once it has replayed that far.
+SELECT pg_snapshot_xmin(pg_current_snapshot()) > {until_transaction_id}::text::xid8

@@ -88,6 +88,17 @@ LOCK TABLE outbox.messages IN ACCESS SHARE MODE
 -- The oldest transaction id still running anywhere in the cluster: nothing at or above it is safe to read yet.
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS frontier
 
+-- read_server_state --
+-- Where a server stands, for reads from a hot standby: which cluster it is a copy of (its system identifier) and which server (when its postmaster started), whether it is a standby, its WAL position in bytes (a primary's current one, a standby's last replayed), when the last transaction it replayed committed (null on a primary), its clock, and its safe frontier.
+SELECT (SELECT c.system_identifier FROM pg_control_system() AS c),
+       pg_postmaster_start_time(),
+       pg_is_in_recovery(),
+       pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                            ELSE pg_current_wal_lsn() END, '0/0')::bigint,
+       pg_last_xact_replay_timestamp(),
+       clock_timestamp(),
+       pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+
 -- current_snapshot --
 -- The parts of a snapshot taken now: the safe frontier, the next transaction id, and the transaction ids running between them (a catch-up subscription's backlog is what committed before it).
 SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,

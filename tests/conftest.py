@@ -5,6 +5,8 @@ import pytest
 
 from tests.support import brokers
 from tests.support.databases import PROJECT_ROOT, DatabaseFactory, server_url
+from tests.support.replica_pair import ReplicaPair, ReplicaPairUnavailableError, binaries
+from tests.support.replica_pair import replica_pair as start_replica_pair
 
 # The suite starts hundreds of Python processes (`outbox` commands, daemons, relays, bench
 # runs), each importing psycopg, pydantic, the CLI and the daemon. Under
@@ -37,6 +39,18 @@ def database_url(database_factory: DatabaseFactory) -> Iterator[str]:
     url = database_factory.create()
     yield url
     database_factory.drop(url)
+
+
+@pytest.fixture(scope="session")
+def replica_pair() -> Iterator[ReplicaPair]:
+    """A primary and a hot standby streaming from it, the session's own whatever server the
+    other tests use (tests/support/replica_pair.py); each test makes a database on it."""
+    try:
+        binaries()
+    except ReplicaPairUnavailableError as error:
+        pytest.skip(str(error))
+    with start_replica_pair() as pair:
+        yield pair
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -9,6 +9,7 @@ import psycopg
 
 from outbox.positions import Position
 from poller.daemon.options import DaemonOptions
+from poller.daemon.replica_watch import ReplicaWatch
 from poller.daemon.stall import StallWatch
 from poller.message import Message
 from poller.store.leader_store import LeaderStore
@@ -25,10 +26,17 @@ class HiddenRows:
         self._subscription_id = subscription_id
         self._publication = publication
         self._stall = StallWatch(options.stall_threshold, options.stall_repeat)
+        read_url = options.read_database_url
+        self._replica = (
+            None if read_url is None else ReplicaWatch(store, subscription_id, read_url, options)
+        )
 
     async def watch(self, after: Position, batch: list[Message]) -> bool:
-        """Are committed rows waiting behind the safe frontier? Warn if they wait too long."""
+        """Are committed rows waiting behind the safe frontier (or a hot standby's replay)?
+        Warn if they wait too long."""
         last = batch[-1].at if batch else after
+        if self._replica is not None:
+            await self._replica.watch(last)
         oldest_hidden = await self._store.oldest_hidden_transaction(self._publication, last)
         now = time.monotonic()
         if self._stall.observe(now, hidden=oldest_hidden is not None) and oldest_hidden:

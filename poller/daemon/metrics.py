@@ -205,6 +205,8 @@ class DaemonMetrics:
         # silent for longer than this has lost its database.
         self._answer_limit = options.lease_seconds + options.standby_poll
         self._loop = asyncio.get_running_loop()
+        # The hot standby the daemon reads messages from, if any: its lag is served too.
+        self.read_database_url = options.read_database_url
 
     def __getitem__(self, subscription: str) -> SubscriptionMetrics:
         return self.subscriptions[subscription]

@@ -23,6 +23,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from outbox.positions import Position
 from poller.daemon.handler_calls import Ending
 from poller.daemon.metrics import (
     HANDLER_BUCKETS,
@@ -37,6 +38,7 @@ from poller.store.metrics_store import (
     safe_frontier_holder_age,
     subscription_figures,
 )
+from poller.store.read_server_check import read_server_status
 from poller.store.shard_store import shard_statuses
 
 log = logging.getLogger(__name__)
@@ -177,7 +179,8 @@ class StateCollector(Collector):
         parked_age = gauge(
             "outbox_oldest_parked_age_seconds", "Age of the oldest parked message (0: none)."
         )
-        for row in subscription_figures(conn, list(self._metrics.subscriptions)):
+        figures = subscription_figures(conn, list(self._metrics.subscriptions))
+        for row in figures:
             labels = [row.subscription]
             transaction.add_metric(labels, row.checkpoint.transaction_id)
             position.add_metric(labels, row.checkpoint.position)
@@ -198,6 +201,9 @@ class StateCollector(Collector):
         yield holder
         yield from self._blocked_figures(conn)
         yield from _retention_figures(conn)
+        if self._metrics.read_database_url is not None:
+            checkpoints = {row.subscription: row.checkpoint for row in figures}
+            yield from _read_replica_figures(conn, self._metrics.read_database_url, checkpoints)
 
     def _blocked_figures(self, conn: psycopg.Connection[Any]) -> Iterator[GaugeMetricFamily]:
         """What holds back committed messages of each subscription, named: the alert on a
@@ -276,6 +282,55 @@ def _retention_figures(conn: psycopg.Connection[Any]) -> Iterator[GaugeMetricFam
     for hold in retention_holds(conn):
         held.add_metric([hold.kind, hold.holder], hold.seconds)
     yield held
+
+
+def _read_replica_figures(
+    conn: psycopg.Connection[Any], read_url: str, checkpoints: dict[str, Position]
+) -> Iterator[GaugeMetricFamily]:
+    """The hot standby the daemon reads messages from (--read-database-url), on a short
+    connection of its own: down or refused, `outbox_read_replica_up` is 0 and the scrape
+    still answers with everything else."""
+    up = gauge(
+        "outbox_read_replica_up",
+        "1 if the hot standby messages are read from answered and is a standby of the primary.",
+        [],
+    )
+    try:
+        with psycopg.connect(
+            read_url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            application_name=APPLICATION_NAME,
+        ) as read_conn:
+            replica = read_server_status(conn, read_conn, checkpoints)
+    except psycopg.Error as error:
+        log.warning("metrics: cannot read the read replica's figures: %s", error)
+        up.add_metric([], 0)
+        yield up
+        return
+    up.add_metric([], 0 if replica.refused is not None else 1)
+    lag_bytes = gauge(
+        "outbox_read_replica_lag_bytes",
+        "WAL the primary wrote that the hot standby messages are read from has not replayed.",
+        [],
+    )
+    lag_bytes.add_metric([], replica.lag.bytes)
+    lag_seconds = gauge(
+        "outbox_read_replica_lag_seconds",
+        "0 when the hot standby has replayed everything; else the age of the last"
+        " transaction it replayed (no sample before it replayed one).",
+        [],
+    )
+    if replica.lag.seconds is not None:
+        lag_seconds.add_metric([], replica.lag.seconds)
+    waiting = gauge(
+        "outbox_read_replica_waiting",
+        "1 while the hot standby has not replayed up to the subscription's stored checkpoint:"
+        " its reads find nothing and wait.",
+    )
+    for subscription in checkpoints:
+        waiting.add_metric([subscription], float(subscription in replica.waiting))
+    yield from (up, lag_bytes, lag_seconds, waiting)
 
 
 def counter(what: str, help_text: str) -> CounterMetricFamily:

@@ -15,6 +15,10 @@ def _option(default: float | None, help_text: str, *, command_line: bool = True)
     )
 
 
+# Not numbers: every other option must be > 0.
+_NOT_NUMBERS = ("metrics_port", "read_database_url")
+
+
 @dataclass(frozen=True)
 class DaemonOptions:
     # A standby takes over within lease_seconds of a leader that stops renewing (paused,
@@ -69,10 +73,23 @@ class DaemonOptions:
     metrics_port: int | None = _option(
         None, "TCP port for Prometheus /metrics and the /healthz and /readyz probes."
     )
+    # None: messages are read where everything else is (the daemon's database URL). Given by
+    # `outbox poll --read-database-url`, which checks it first; out of repr, as it may hold a
+    # password.
+    read_database_url: str | None = dataclasses.field(
+        default=None,
+        repr=False,
+        metadata={
+            "help": "A read replica (a streaming-replication hot standby) of the database to"
+            " read messages from; leases, checkpoints, parked rows and everything else stay"
+            " on the database.",
+            "command_line": False,
+        },
+    )
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if name != "metrics_port" and not value > 0:
+            if name not in _NOT_NUMBERS and not value > 0:
                 raise ValueError(f"daemon option {name} must be > 0, got {value!r}")
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
             raise ValueError(

@@ -18,7 +18,9 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
+from outbox.database_url import mask_password
 from outbox.positions import readable
+from outbox.read_servers import ReadServerRefusedError
 from poller.daemon.handler_caller import HandlerCaller
 from poller.daemon.leadership_term import LeadershipLost, LeadershipTerm
 from poller.daemon.log_context import LEADER_TOKEN, SHARD, SUBSCRIPTION
@@ -31,6 +33,7 @@ from poller.pollable import NotPollableError, check_pollable
 from poller.reconnect import Backoff, Reconnector, failure_line
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
 from poller.store.message_reads import prepare_reader_async
+from poller.store.read_server_check import ensure_read_server_async
 from poller.store.records import Lease, SubscriptionRecord, new_holder_id
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored_async
 from poller.store.retired_positions import RetiredPositionError
@@ -71,8 +74,10 @@ class SubscriptionWorker:
         # writes, and each term's reads (sorts off, UTC: see prepare_reader_async).
         url, holder = self._url, self._lease.holder
         connections = Reconnector(url, holder, self._name, stop=stop)
+        # Messages come from a hot standby when one is given (checked at each term below).
+        read_url = self._options.read_database_url or url
         read_connections = Reconnector(
-            url, holder, f"{self._name} reads", stop=stop, prepare=prepare_reader_async
+            read_url, holder, f"{self._name} reads", stop=stop, prepare=prepare_reader_async
         )
         while not stop.is_set():
             LEADER_TOKEN.set(None)
@@ -89,6 +94,8 @@ class SubscriptionWorker:
                         await LeaderStore(conn, conn, self._lease, record.layout).release()
                         return
                     async with await read_connections.connect() as read_conn:
+                        if read_url != url:
+                            await ensure_read_server_async(conn, read_conn, mask_password(read_url))
                         self._failure_pause.succeeded(time.monotonic())
                         session = LeadershipTerm(
                             LeaderStore(conn, read_conn, self._lease, record.layout),
@@ -124,6 +131,17 @@ class SubscriptionWorker:
             except (NotPollableError, RestoredDatabaseError) as error:
                 log.error("%s; its worker stops", error)
                 return
+            except ReadServerRefusedError as error:
+                # Promoted under a running daemon (a failover, a split brain): nothing is read
+                # until the read server is a standby of the primary again, or is the primary.
+                pause = self._failure_pause.failed(time.monotonic())
+                log.error(
+                    "%s: %s; no message is read from it (checking again in %.0f s)",
+                    self._name,
+                    error,
+                    pause,
+                )
+                await wait_event(stop, pause)
             except RetiredPositionError as error:
                 # Reading on would skip what retention dropped: stop where an operator sees it
                 # rather than deliver around a hole (catch-up subscriptions raise it too).

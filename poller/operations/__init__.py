@@ -38,7 +38,7 @@ from poller.administration import (
     skip_request,
     update_settings,
 )
-from poller.inspection import SubscriptionStatus, shards, status
+from poller.inspection import SubscriptionStatus, read_server, shards, status
 from poller.operations.figures import messages_between, runtime, shard_checkpoints
 from poller.operations.messages import (
     MAX_LATEST,
@@ -56,6 +56,7 @@ from poller.operations.previews import (
     preview_skip,
 )
 from poller.operations.privileges import Privileges, privileges
+from poller.operations.read_replica import ReadReplica, read_replica
 from poller.operations.retention import (
     PartitionHolder,
     RetentionHolder,
@@ -67,6 +68,7 @@ from poller.operations.retention import (
 from poller.pollable import NotPollableError, check_pollable
 from poller.shard_administration import ShardChange, change_shard_count
 from poller.store.operator_store import Runtime, ShardCheckpoint
+from poller.store.read_server_check import ReadServerStatus
 from poller.store.rebase_store import RebaseRefusedError, RebaseResult, rebase
 from poller.store.records import Blocker, SkipRequest, SubscriptionRecord
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored
@@ -81,6 +83,8 @@ __all__ = [
     "ParkedRow",
     "PartitionHolder",
     "Privileges",
+    "ReadReplica",
+    "ReadServerStatus",
     "RebaseRefusedError",
     "RebaseResult",
     "RefusedValueError",
@@ -126,6 +130,8 @@ __all__ = [
     "purge_parked",
     "quoted",
     "read_messages",
+    "read_replica",
+    "read_server",
     "rebase",
     "request_replay",
     "request_skip",

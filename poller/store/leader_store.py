@@ -16,11 +16,13 @@ import psycopg
 
 from outbox.positions import Position
 from outbox.queries import QUERIES
+from outbox.read_servers import ServerState
 from outbox.storable_text import storable_text
 from poller.membership import PLAIN_LAYOUT, Layout
 from poller.message import Message
 from poller.store import shard_reads
 from poller.store.message_reads import message_from_row
+from poller.store.read_server_check import server_state_async
 from poller.store.records import (
     Lease,
     LeaseState,
@@ -102,11 +104,19 @@ class LeaderStore:
         return None if row is None else row[0]
 
     async def blockers_before(self, transaction_id: int) -> list[tuple[Any, ...]]:
-        """Sessions and prepared transactions holding back rows at or after transaction_id."""
-        cursor = await self._read_conn.execute(
+        """Sessions and prepared transactions holding back rows at or after transaction_id.
+        Asked of the primary, where they run: a hot standby that reads shows its own."""
+        cursor = await self._conn.execute(
             QUERIES["blocking_transactions_before"], {"transaction_id": str(transaction_id)}
         )
         return await cursor.fetchall()
+
+    async def read_server_state(self) -> ServerState:
+        """Where the server the reads go to stands (a hot standby, or the primary)."""
+        return await server_state_async(self._read_conn)
+
+    async def primary_state(self) -> ServerState:
+        return await server_state_async(self._conn)
 
     # The subscription and its parked messages ---------------------------------------------
 
