@@ -7,7 +7,7 @@
   backlog (one transaction, written once every process leads its shards) to the last
   handler's return, so process start and the first hand-over of shards are left out.
 - read: the daemon's own reads (decoded messages) paging through those N messages, 500 a
-  page: the whole publication (read_batch) against one shard of 4 (read_shard_batch: the same
+  page: the whole publication (read_batch) against one shard of 4 (read_shards_batch: the same
   keyset read filtered by outbox.message_shard, so it passes over every row to return a
   quarter of them).
 - latency: bench/load_bench.py's 16 writer processes at 50% of their solo rate, commit to
@@ -36,10 +36,9 @@ from bench.load_bench import (
 )
 from outbox.positions import START, Position
 from poller import administration
-from poller.membership import ShardUnit
 from poller.message import Message
 from poller.store.message_reads import prepare_reader_async, read_batch_async
-from poller.store.shard_reads import UNBOUNDED, read_shard_batch
+from poller.store.shard_reads import UNBOUNDED, read_shards_batch
 
 TITLE = "Shards: one subscription over several processes (CPU-bound handler, reads, latency)"
 
@@ -187,10 +186,8 @@ async def read_both(url: str, publication: str) -> tuple[tuple[int, float], tupl
             return await read_batch_async(conn, publication, after, PAGE)
 
         async def shard(after: Position) -> list[Message]:
-            batch = await read_shard_batch(
-                conn, publication, ShardUnit(4, 0), after, UNBOUNDED, PAGE
-            )
-            return batch.messages
+            batch = await read_shards_batch(conn, publication, 4, [0], after, UNBOUNDED, PAGE)
+            return [message for _, message in batch.messages]
 
         return await fastest(whole), await fastest(shard)
 
@@ -206,7 +203,7 @@ def reads(url: str, publication: str, count: int) -> list[Measurement]:
         Measurement(group, baseline, whole / whole_seconds, "msg/s", note="decoded, as the daemon"),
         Measurement(
             group,
-            "read_shard_batch, shard 0 of 4",
+            "read_shards_batch, shard 0 of 4",
             shard / shard_seconds,
             "msg/s",
             baseline,
@@ -214,7 +211,7 @@ def reads(url: str, publication: str, count: int) -> list[Measurement]:
         ),
         Measurement(
             group,
-            "read_shard_batch, rows passed over",
+            "read_shards_batch, rows passed over",
             whole / shard_seconds,
             "rows/s",
             baseline,

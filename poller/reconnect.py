@@ -183,7 +183,7 @@ class Reconnector:
             await self._pause(self._backoff.failed(self._clock()))
         while True:
             try:
-                conn = await unless_stopped(self._attempt(), self._stop)
+                conn = await unless_stopped(self.open_once(), self._stop)
             except psycopg.OperationalError as error:
                 if not self._connected_once and not self._retry_first:
                     raise
@@ -200,7 +200,8 @@ class Reconnector:
                 log.info("%s: reached the database again after %.1f s", self._name, lasted)
             return conn
 
-    async def _attempt(self) -> psycopg.AsyncConnection[Any]:
+    async def open_once(self) -> psycopg.AsyncConnection[Any]:
+        """One attempt, no retry (what `connect` retries; a caller's short-lived connection)."""
         conn = await psycopg.AsyncConnection.connect(
             self._url, autocommit=True, application_name=self._application_name
         )

@@ -15,11 +15,11 @@ LEFT JOIN outbox.subscription_shards AS sh
       AND sh.shard_count = %(shard_count)s AND sh.shard = %(shard)s
 WHERE s.subscription_id = %(subscription)s
 
--- read_shard_batch --
--- read_batch for one shard: the same snapshot-safe keyset read, only the shard's messages (outbox.message_shard), no further than `until` (a draining shard's barrier); every row, and one of null message columns when none is read, starts with the publication's retired-up-to mark (read_batch_with_retired's, in the read's own snapshot) and two figures of the same snapshot: the last message of the publication (any shard) safe to read, up to `until` (after a short read, the shard has nothing of its own up to there), and the oldest committed transaction after `after` that the frontier still hides (oldest_hidden_transaction's answer, without its own round trip).
+-- read_shards_batch --
+-- read_batch for the shards of one count that a process leads, in one read (the process's shards share it: the database's cost grows with processes, not shards): the same snapshot-safe keyset read, only the messages of the shards named (outbox.message_shard), each with its shard, no further than `until` (a draining count's barrier); every row, and one of null message columns when none is read, starts with the publication's retired-up-to mark (read_batch_with_retired's, in the read's own snapshot) and two figures of the same snapshot: the last message of the publication (any shard) safe to read, up to `until` (after a short read, the shards have nothing of their own up to there), and the oldest committed transaction after `after` that the frontier still hides (oldest_hidden_transaction's answer, without its own round trip).
 SELECT r.transaction_id::text::bigint, r.position,
        last.transaction_id::text::bigint, last.position, hidden.transaction_id::text::bigint,
-       {{message_columns}}
+       m.shard, {{message_columns}}
 FROM (SELECT 1) AS one
 LEFT JOIN outbox.retired_positions AS r ON r.publication_id = %(publication)s
 LEFT JOIN LATERAL (
@@ -43,12 +43,15 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) AS last ON true
 LEFT JOIN LATERAL (
-    SELECT * FROM outbox.messages AS m
-    WHERE m.publication_id = %(publication)s
-      AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
-      AND (m.transaction_id, m.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
-      AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-      AND outbox.message_shard(m.partition_key, m.position, %(shard_count)s) = %(shard)s
+    SELECT * FROM (
+        SELECT m.*, outbox.message_shard(m.partition_key, m.position, %(shard_count)s) AS shard
+        FROM outbox.messages AS m
+        WHERE m.publication_id = %(publication)s
+          AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+          AND (m.transaction_id, m.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
+          AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+    ) AS m
+    WHERE m.shard = ANY(%(shards)s::integer[])
     ORDER BY m.transaction_id, m.position
     LIMIT %(limit)s
 ) AS m ON true

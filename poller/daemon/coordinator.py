@@ -28,14 +28,15 @@ from poller.daemon.log_context import SUBSCRIPTION
 from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
+from poller.daemon.subscription_connections import SubscriptionConnections
 from poller.daemon.worker import SubscriptionWorker
 from poller.membership import Layout, ShardUnit, assign
 from poller.message import Message
 from poller.pollable import NotPollableError, check_pollable
-from poller.reconnect import Reconnector, failure_line
+from poller.reconnect import failure_line
 from poller.store.leader_store import load_subscription
 from poller.store.membership_store import GroupState, leave_membership, renew_membership
-from poller.store.records import Lease, new_holder_id
+from poller.store.records import Lease
 from poller.waits import Stopped, wait_event
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,10 @@ class SubscriptionCoordinator:
         self._options = options
         self._notifications = notifications
         self._metrics = metrics
-        self._member = new_holder_id()
+        # Made in run (it needs the stop): the process's connections for the subscription,
+        # and its member id, which is also every lease's holder.
+        self._connections: SubscriptionConnections | None = None
+        self._holder = ""
         # One log budget for the subscription's handler failures, whichever shard they are of;
         # it and the other observers (metrics, spans) see every shard's calls.
         self._observers = [FailureLog(subscription_id), *observers]
@@ -77,35 +81,36 @@ class SubscriptionCoordinator:
         # not started again until the layout changes.
         self._ended: set[ShardUnit] = set()
         self._ended_under: Layout | None = None
-        # The callers of stopped shards whose threads may still run a handler (see running).
-        self._closed_callers: list[HandlerCaller] = []
+        # The callers of stopped shards whose threads may still run a handler (see running),
+        # with their shard: it is not started again here while they do (see _start).
+        self._closed_callers: list[tuple[ShardUnit, HandlerCaller]] = []
 
     async def run(self, stop: asyncio.Event) -> None:
         SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
-        connections = Reconnector(
-            self._url, self._member, f"{self._subscription_id} membership", stop=stop
+        self._connections = SubscriptionConnections(
+            self._url, self._options.read_database_url, self._subscription_id, stop
         )
+        self._holder = self._connections.holder
         conn: psycopg.AsyncConnection[Any] | None = None
+        checked = False
         try:
             while not stop.is_set():
                 try:
-                    if conn is None:
-                        conn = await connections.connect()
+                    conn = await self._connections.writes.get(stop)
+                    if not checked:
                         if not await self._pollable(conn):
                             return
+                        checked = True
                     state = await self._renew(conn)
                 except Stopped:
                     return  # told to stop while the database was unreachable
                 except psycopg.OperationalError as error:
-                    # Keep the shards: each worker watches its own lease and connections.
+                    # Keep the shards: each worker watches its own lease.
                     log.warning(
                         "%s: cannot renew membership: %s",
                         self._subscription_id,
                         failure_line(error),
                     )
-                    await _closed(conn)
-                    conn = None
-                    connections.lost()
                 else:
                     if state is None:
                         log.error(
@@ -123,19 +128,23 @@ class SubscriptionCoordinator:
             try:
                 if conn is not None and not conn.closed:
                     with contextlib.suppress(psycopg.Error):
-                        await leave_membership(conn, self._subscription_id, self._member)
+                        await leave_membership(conn, self._subscription_id, self._holder)
             finally:
-                await _closed(conn)
-                await self._stop_all()
+                try:
+                    await self._stop_all()
+                finally:
+                    await self._connections.close()
+                    self._connections = None
 
     def running(self) -> list[Message]:
         """Messages whose handlers still run on a thread now: after the process's stop, those
         its shutdown timeout gave up on (nothing that has returned since)."""
-        callers = [shard.caller for shard in self._shards.values()] + self._closed_callers
+        callers = [shard.caller for shard in self._shards.values()]
+        callers += [caller for _, caller in self._closed_callers]
         return [message for caller in callers for message in caller.running()]
 
     async def _pollable(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        lease = Lease(self._subscription_id, self._member, self._options.lease_seconds)
+        lease = Lease(self._subscription_id, self._holder, self._options.lease_seconds)
         try:
             check_pollable(self._subscription_id, await load_subscription(conn, lease))
         except NotPollableError as error:
@@ -147,7 +156,7 @@ class SubscriptionCoordinator:
         state = await renew_membership(
             conn,
             self._subscription_id,
-            self._member,
+            self._holder,
             socket.gethostname(),
             os.getpid(),
             self._options.lease_seconds,
@@ -159,7 +168,7 @@ class SubscriptionCoordinator:
         """Start workers for the shards given to this process, stop the others'."""
         if state.layout != self._ended_under:
             self._ended.clear()
-        wanted = set(assign(state.layout, state.members, state.now).get(self._member, []))
+        wanted = set(assign(state.layout, state.members, state.now).get(self._holder, []))
         for unit, shard in self._shards.items():
             if unit not in wanted and not shard.stop.is_set():
                 log.info("%s: shard %s goes to another process", self._subscription_id, unit)
@@ -169,11 +178,17 @@ class SubscriptionCoordinator:
         self._ended_under = state.layout
 
     def _start(self, unit: ShardUnit, stop: asyncio.Event) -> None:
+        assert self._connections is not None  # set for as long as run runs
+        if any(closed == unit for closed, _ in self._closed_callers):
+            # A stopped worker of this shard left a call running (its term ended abruptly):
+            # this process's leases share one holder, so a new worker would take the lease
+            # back at once and start the call's key beside it. Started once it returned.
+            return
         # A caller (and thread pool) per shard: a shard's restart waits for its own handlers
         # to be quiet, never for another shard's, which never are under load.
         caller = HandlerCaller(self._handler, self._options.handler_threads, self._observers)
         worker = SubscriptionWorker(
-            self._url,
+            self._connections,
             self._subscription_id,
             caller,
             self._options,
@@ -193,14 +208,14 @@ class SubscriptionCoordinator:
                 continue
             del self._shards[unit]
             shard.caller.close()
-            self._closed_callers.append(shard.caller)
+            self._closed_callers.append((unit, shard.caller))
             if not shard.stop.is_set():
                 self._ended.add(unit)  # see __init__
             if not shard.task.cancelled() and (error := shard.task.exception()) is not None:
                 log.error("%s: shard %s failed: %r", self._subscription_id, unit, error)
         # Kept only while a handler thread of theirs still runs: shards move many times over a
         # long-lived process, and each stopped one would otherwise stay here for good.
-        self._closed_callers = [c for c in self._closed_callers if c.running()]
+        self._closed_callers = [(u, c) for u, c in self._closed_callers if c.running()]
 
     async def _stop_all(self) -> None:
         for shard in self._shards.values():
@@ -223,9 +238,3 @@ async def _run_until(
         await worker.run(own_stop, stop)
     finally:
         relay.cancel()
-
-
-async def _closed(conn: psycopg.AsyncConnection[Any] | None) -> None:
-    if conn is not None:
-        with contextlib.suppress(psycopg.Error):
-            await conn.close()

@@ -212,8 +212,12 @@ class LeadershipTerm:
             self._carry_out(
                 self._others.after_read(self._store.last_safe, self.machine, short=short)
             )
-            hidden = short and await self._hidden.watch(after, batch)
-            delay = self._interval.next_delay(found_messages=bool(batch), hidden_messages=hidden)
+            # A shared read cut by its row limit before the frontier: more may follow at once.
+            more = self._store.more_to_read
+            hidden = short and not more and await self._hidden.watch(after, batch)
+            delay = self._interval.next_delay(
+                found_messages=bool(batch) or more, hidden_messages=hidden
+            )
             if delay:
                 await self._notifications.wait(publication, delay)
 
@@ -446,7 +450,11 @@ class LeadershipTerm:
                         ", ".join(map(repr, self._calls_in_flight())),
                     )
             if not idle.done():
-                await asyncio.wait({idle, ticker}, timeout=self._options.shutdown_timeout)
+                await asyncio.wait(
+                    {idle, ticker},
+                    timeout=self._options.shutdown_timeout,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 if ticker.done():
                     ticker.result()
         finally:

@@ -28,6 +28,7 @@ from poller.daemon.metrics_server import MetricsServer
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.retention import run_retention
+from poller.daemon.subscription_connections import CONNECTIONS_PER_SUBSCRIPTION
 from poller.message import Message
 from poller.printable import safe_repr
 from poller.waits import cancel_until_done
@@ -68,6 +69,14 @@ async def run_daemon(
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal_number, _stop_on, signal_number, stop, options)
+    log.info(
+        "connections to the database: at most %d (one to LISTEN, %d for each of %d"
+        " subscriptions however many shards it leads, one while a retention pass runs)%s",
+        2 + CONNECTIONS_PER_SUBSCRIPTION * len(subscriptions),
+        CONNECTIONS_PER_SUBSCRIPTION,
+        len(subscriptions),
+        "" if port is None else ", and one for each /metrics scrape while it runs",
+    )
     notifications = NotifyListener()
     listener = asyncio.create_task(notifications.listen(database_url), name="listen")
     retention = asyncio.create_task(run_retention(database_url, options, stop), name="retention")

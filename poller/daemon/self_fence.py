@@ -12,7 +12,10 @@ over at once. Two rules close that window without synchronised clocks:
   may start the same key.
 - A leader that took the lease over while it was still unexpired starts nothing until that
   lease has run out: the server tells how long it had left (a duration, so no clocks are
-  compared), and the previous holder may be starting deliveries until then.
+  compared), and the previous holder may be starting deliveries until then. The wait
+  outlives the term: a term cut short during it (its connection lost) and followed by this
+  process re-taking its own lease is told 0 s left by the server (the lease is its own), and
+  still waits the rest (`earlier_not_before`).
 """
 
 from dataclasses import dataclass
@@ -34,11 +37,12 @@ class SelfFence:
         sent_at: float,
         received_at: float,
         previous_lease_left: float,
+        earlier_not_before: float = 0.0,
     ) -> "SelfFence":
         return cls(
             lease_seconds,
             margin,
-            not_before=received_at + previous_lease_left,
+            not_before=max(received_at + previous_lease_left, earlier_not_before),
             valid_until=sent_at + lease_seconds - margin,
         )
 

@@ -18,7 +18,6 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-from outbox.database_url import mask_password
 from outbox.positions import readable
 from outbox.read_servers import ReadServerRefusedError
 from poller.daemon.handler_caller import HandlerCaller
@@ -28,13 +27,13 @@ from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
 from poller.daemon.self_fence import SelfFence
+from poller.daemon.subscription_connections import SubscriptionConnections
 from poller.membership import ONLY_SHARD, ShardUnit
 from poller.pollable import NotPollableError, check_pollable
-from poller.reconnect import Backoff, Reconnector, failure_line
+from poller.reconnect import Backoff, failure_line
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
-from poller.store.message_reads import prepare_reader_async
 from poller.store.read_server_check import ensure_read_server_async
-from poller.store.records import Lease, SubscriptionRecord, new_holder_id
+from poller.store.records import Lease, SubscriptionRecord
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored_async
 from poller.store.retired_positions import RetiredPositionError
 from poller.waits import Stopped, wait_event
@@ -45,7 +44,7 @@ log = logging.getLogger(__name__)
 class SubscriptionWorker:
     def __init__(
         self,
-        database_url: str,
+        connections: SubscriptionConnections,
         subscription_id: str,
         caller: HandlerCaller,
         options: DaemonOptions,
@@ -53,64 +52,71 @@ class SubscriptionWorker:
         metrics: SubscriptionMetrics,
         unit: ShardUnit = ONLY_SHARD,
     ) -> None:
-        self._url = database_url
+        self._connections = connections
         self._metrics = metrics
         self._subscription_id = subscription_id
         self._caller = caller
         self._options = options
         self._notifications = notifications
-        self._lease = Lease(subscription_id, new_holder_id(), options.lease_seconds, unit)
+        # The process's member id holds the lease: it names the shared connections, so a
+        # standby elsewhere sees at once when this process's session is gone.
+        self._lease = Lease(subscription_id, connections.holder, options.lease_seconds, unit)
         # How the logs name it: a shard only where there are several.
         self._name = subscription_id if unit == ONLY_SHARD else f"{subscription_id} shard {unit}"
         # After an unexpected error: 2 s doubling to 30 s, reset by a term that ran 30 s.
         self._failure_pause = Backoff(first=2.0, longest=30.0)
+        # After a connection error (the reconnect policy's backoff): a statement refused on a
+        # connection that stays open (a standby's recovery conflict) is not retried in a loop.
+        self._lost_pause = Backoff()
 
     async def run(self, stop: asyncio.Event, shutdown: asyncio.Event) -> None:
         """Until `stop` (the shard moves away, or the process stops; `shutdown` says which:
         see LeadershipTerm)."""
         SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
         SHARD.set(str(self._lease.unit))
-        # One connection each (see Reconnector): the one that stands by, then renews and
-        # writes, and each term's reads (sorts off, UTC: see prepare_reader_async).
-        url, holder = self._url, self._lease.holder
-        connections = Reconnector(url, holder, self._name, stop=stop)
-        # Messages come from a hot standby when one is given (checked at each term below).
-        read_url = self._options.read_database_url or url
-        read_connections = Reconnector(
-            read_url, holder, f"{self._name} reads", stop=stop, prepare=prepare_reader_async
-        )
+        shared = self._connections
         while not stop.is_set():
             LEADER_TOKEN.set(None)
             try:
-                conn = await connections.connect()
-                async with conn:
-                    fence = await self._become_leader(conn, stop)
-                    if fence is None:
-                        return
-                    LEADER_TOKEN.set(self._lease.token)
-                    record = await self._load(conn)
-                    if not record.layout.has(self._lease.unit):
-                        # The shard count changed since the coordinator looked: not ours.
-                        await LeaderStore(conn, conn, self._lease, record.layout).release()
-                        return
-                    async with await read_connections.connect() as read_conn:
-                        if read_url != url:
-                            await ensure_read_server_async(conn, read_conn, mask_password(read_url))
-                        self._failure_pause.succeeded(time.monotonic())
-                        session = LeadershipTerm(
-                            LeaderStore(conn, read_conn, self._lease, record.layout),
-                            fence,
-                            record,
-                            self._caller,
-                            self._options,
-                            self._notifications,
-                            stop,
-                            shutdown,
-                            self._metrics,
-                        )
-                        await session.run()
-                    if not session.restart_requested:
-                        return
+                # The subscription's connections in this process, shared with its other
+                # shards and its membership (see shared_connection.py).
+                conn = await shared.writes.get(stop)
+                fence = await self._become_leader(conn, stop)
+                if fence is None:
+                    return
+                LEADER_TOKEN.set(self._lease.token)
+                record = await self._load(conn)
+                if not record.layout.has(self._lease.unit):
+                    # The shard count changed since the coordinator looked: not ours.
+                    await LeaderStore(conn, conn, self._lease, record.layout).release()
+                    return
+                read_conn = await shared.reads.get(stop)
+                if shared.reads_elsewhere:
+                    await ensure_read_server_async(conn, read_conn, shared.read_url_shown)
+                self._failure_pause.succeeded(time.monotonic())
+                self._lost_pause.succeeded(time.monotonic())
+                store = LeaderStore(
+                    conn,
+                    read_conn,
+                    self._lease,
+                    record.layout,
+                    shard_reader=shared.shard_reads,
+                    open_alone=shared.writes.open_alone,
+                )
+                session = LeadershipTerm(
+                    store,
+                    fence,
+                    record,
+                    self._caller,
+                    self._options,
+                    self._notifications,
+                    stop,
+                    shutdown,
+                    self._metrics,
+                )
+                await session.run()
+                if not session.restart_requested:
+                    return
             except Stopped:
                 return  # told to stop while the database was unreachable
             except LeadershipLost:
@@ -120,7 +126,7 @@ class SubscriptionWorker:
                 log.warning(
                     "connection lost while %s %s: %s", doing, self._name, failure_line(error)
                 )
-                connections.lost()
+                await wait_event(stop, self._lost_pause.failed(time.monotonic()))
             except psycopg.errors.ForeignKeyViolation:
                 # Deleted under a running daemon (its lease row went with it): this worker
                 # ends, the process and its other subscriptions go on.
@@ -194,13 +200,16 @@ class SubscriptionWorker:
                         self._subscription_id,
                         previous_lease_left,
                     )
-                return SelfFence.acquired(
+                fence = SelfFence.acquired(
                     lease_seconds=self._options.lease_seconds,
                     margin=self._options.renew_every,
                     sent_at=sent_at,
                     received_at=time.monotonic(),
                     previous_lease_left=previous_lease_left,
+                    earlier_not_before=self._connections.not_before.get(self._lease.unit, 0.0),
                 )
+                self._connections.not_before[self._lease.unit] = fence.not_before
+                return fence
             if not announced:
                 log.info("%s has a leader; standing by", self._name)
                 announced = True

@@ -1,16 +1,20 @@
 """Every statement a subscription's leader runs, on its two connections.
 
-A shard's leader runs the same statements for its shard, and its own read, parked set and
-checkpoint (poller/store/shard_reads.py) where its layout has more than one shard.
+A shard's leader runs the same statements for its shard, and its own parked set and
+checkpoint (poller/store/shard_reads.py) where its layout has more than one shard; its reads
+go through the read its process shares among the shards it leads (`ShardReader`).
 
 The leader writes on one connection (lease renewals, checkpoints, parked rows) and reads on
 another: a checkpoint commit (an fsync) or a renewal would otherwise hold the next read back
-and show in the latency tail. The term (poller.daemon.leadership_term) only coordinates.
+and show in the latency tail. Both are the subscription's in this process, shared by the
+shards it leads (poller/daemon/shared_connection.py), so no statement here opens a
+transaction block on them. The term (poller.daemon.leadership_term) only coordinates.
 """
 
 import datetime
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import psycopg
 
@@ -18,7 +22,7 @@ from outbox.positions import Position
 from outbox.queries import QUERIES
 from outbox.read_servers import ServerState
 from outbox.storable_text import storable_text
-from poller.membership import PLAIN_LAYOUT, Layout
+from poller.membership import PLAIN_LAYOUT, Layout, ShardUnit
 from poller.message import Message
 from poller.store import shard_reads
 from poller.store.message_reads import message_from_row
@@ -33,6 +37,14 @@ from poller.store.records import (
 from poller.store.retired_positions import read_leader_batch_async
 
 Connection = psycopg.AsyncConnection[Any]
+
+
+class ShardReader(Protocol):
+    """The read a process shares among the shards it leads (poller/daemon/shared_reads.py)."""
+
+    async def read(
+        self, publication: str, unit: ShardUnit, after: Position, until: Position, limit: int
+    ) -> shard_reads.ShardRead: ...
 
 
 async def try_acquire(conn: Connection, lease: Lease) -> float | None:
@@ -61,9 +73,17 @@ class LeaderStore:
         read_conn: Connection,
         lease: Lease,
         layout: Layout = PLAIN_LAYOUT,
+        *,
+        shard_reader: ShardReader | None = None,
+        open_alone: Callable[[], Awaitable[Connection]] | None = None,
     ) -> None:
+        """`shard_reader` reads for a sharded layout; `open_alone` opens a connection of
+        this store's own for the one transaction block (the end of a change of the shard
+        count), which must not take the shared connection's other statements in."""
         self._conn = conn
         self._read_conn = read_conn
+        self._shard_reader = shard_reader
+        self._open_alone = open_alone
         self.lease = lease
         self._subscription = lease.subscription_id
         # Fixed for a term: a term whose layout changes where it matters ends (see the term).
@@ -73,6 +93,8 @@ class LeaderStore:
         # shard_reads.ShardBatch); None for a plain subscription, whose reads see them all.
         self.last_safe: Position | None = None
         self._oldest_hidden: int | None = None  # a shard's, read with its last read
+        # The last read stopped at its row limit before the frontier: read again at once.
+        self.more_to_read = False
         if layout.draining(lease.unit) and layout.barrier is not None:
             self._until = layout.barrier
 
@@ -83,12 +105,15 @@ class LeaderStore:
         publication's mark, read in the same snapshot): loudly, where reading on would skip."""
         if not self._sharded:
             return await read_leader_batch_async(self._read_conn, publication, after, limit)
-        batch = await shard_reads.read_shard_batch(
-            self._read_conn, publication, self.lease.unit, after, self._until, limit
+        if self._shard_reader is None:
+            raise RuntimeError("a sharded layout's store is built with a shard reader")
+        read = await self._shard_reader.read(
+            publication, self.lease.unit, after, self._until, limit
         )
-        self.last_safe = batch.last_safe
-        self._oldest_hidden = batch.oldest_hidden
-        return batch.messages
+        self.last_safe = read.last_safe
+        self._oldest_hidden = read.oldest_hidden
+        self.more_to_read = read.more
+        return read.messages
 
     async def oldest_hidden_transaction(self, publication: str, after: Position) -> int | None:
         """The oldest committed transaction after `after` that the safe frontier still hides.
@@ -139,7 +164,10 @@ class LeaderStore:
         return await shard_reads.shard_change_drained(self._conn, self._subscription)
 
     async def finish_shard_change(self) -> bool:
-        return await shard_reads.finish_shard_change(self._conn, self._subscription)
+        if self._open_alone is None:
+            return await shard_reads.finish_shard_change(self._conn, self._subscription)
+        async with await self._open_alone() as conn:
+            return await shard_reads.finish_shard_change(conn, self._subscription)
 
     # Leadership ---------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from outbox.queries import load_queries
 from poller.membership import ShardUnit
 from poller.message import Message
 from poller.store.message_reads import message_from_row
-from poller.store.retired_positions import check_not_retired
 
 SHARD_QUERIES = load_queries("shard_queries.sql")
 
@@ -25,28 +24,49 @@ def _unit(unit: ShardUnit) -> dict[str, int]:
     return {"shard_count": unit.shard_count, "shard": unit.shard}
 
 
-class ShardBatch(NamedTuple):
+class ShardRead(NamedTuple):
+    """A shard's part of a read its process shares among the shards it leads."""
+
     messages: list[Message]
     last_safe: Position | None
-    """The publication's last message safe to read in the read's snapshot (up to `until`),
-    of any shard: after a short read the shard has nothing of its own up to it."""
+    """The shard has no message of its own after its last one here up to this place (the
+    read's end: the publication's last safe message, or where the row limit cut it)."""
     oldest_hidden: int | None
     """The oldest committed transaction after the read's start that the frontier hides."""
+    more: bool
+    """The read stopped at its row limit, before the frontier: read again at once."""
 
 
-async def read_shard_batch(
+class ShardsBatch(NamedTuple):
+    messages: list[tuple[int, Message]]
+    """Each message read with its shard, in delivery order."""
+    last_safe: Position | None
+    """The publication's last message safe to read in the read's snapshot (up to `until`),
+    of any shard: after a short read the shards have nothing of their own up to it."""
+    oldest_hidden: int | None
+    """The oldest committed transaction after the read's start that the frontier hides."""
+    retired_up_to: Position | None
+    """The publication's retired-up-to mark in the read's snapshot (None: nothing retired)."""
+
+
+async def read_shards_batch(
     conn: Connection,
     publication: str,
-    unit: ShardUnit,
+    shard_count: int,
+    shards: list[int],
     after: Position,
     until: Position,
     limit: int,
-) -> ShardBatch:
+) -> ShardsBatch:
+    """Up to `limit` messages of the named shards (of `shard_count`) after `after`. The
+    caller checks the retired mark against each of its own start positions (see
+    check_not_retired): one read serves shards that start at different places."""
     cursor = await conn.execute(
-        SHARD_QUERIES["read_shard_batch"],
+        SHARD_QUERIES["read_shards_batch"],
         {
             "publication": publication,
-            **_unit(unit),
+            "shard_count": shard_count,
+            "shards": shards,
             **after.query_parameters("after_"),
             **until.query_parameters("until_"),
             "limit": limit,
@@ -54,12 +74,14 @@ async def read_shard_batch(
         binary=True,
     )
     rows = await cursor.fetchall()
-    check_not_retired(publication, after, *rows[0][:2])
-    last_transaction_id, last_position, oldest_hidden = rows[0][2:5]
+    mark_transaction_id, mark_position, last_transaction_id, last_position, oldest_hidden = rows[0][
+        :5
+    ]
+    mark = None if mark_position is None else Position(mark_transaction_id, mark_position)
     last_safe = None if last_position is None else Position(last_transaction_id, last_position)
     # A read of nothing is one row of null message columns.
-    messages = [message_from_row(row[5:]) for row in rows if row[5] is not None]
-    return ShardBatch(messages, last_safe, oldest_hidden)
+    messages = [(row[5], message_from_row(row[6:])) for row in rows if row[5] is not None]
+    return ShardsBatch(messages, last_safe, oldest_hidden, mark)
 
 
 async def shard_parked_rows(

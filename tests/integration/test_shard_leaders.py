@@ -14,10 +14,13 @@ import outbox
 from outbox.positions import Position
 from outbox.shards import message_shard
 from poller import administration
+from poller.daemon.shared_connection import SharedConnection
+from poller.daemon.shared_reads import SharedShardReads
 from poller.membership import ShardUnit
+from poller.reconnect import Reconnector
 from poller.shard_administration import change_shard_count
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
-from poller.store.message_reads import read_batch
+from poller.store.message_reads import prepare_reader_async, read_batch
 from poller.store.records import Lease
 from tests.support.inprocess import running_daemon
 
@@ -47,7 +50,11 @@ async def leader(url: str, unit: ShardUnit, holder: str = "") -> LeaderStore:
     assert await try_acquire(conn, lease) is not None
     record = await load_subscription(conn, lease)
     assert record is not None
-    return LeaderStore(conn, conn, lease, record.layout)
+    reads = SharedConnection(
+        Reconnector(url, holder, f"{holder} reads", prepare=prepare_reader_async)
+    )
+    reader = SharedShardReads(reads, asyncio.Event())
+    return LeaderStore(conn, conn, lease, record.layout, shard_reader=reader)
 
 
 def stored(url: str, query: str, *parameters: Any) -> list[tuple[Any, ...]]:

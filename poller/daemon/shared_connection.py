@@ -1,0 +1,56 @@
+"""One connection that a subscription's tasks in a process take turns on.
+
+A process holds a fixed number of connections per subscription, however many shards it leads:
+one to the database (membership, every shard's lease, checkpoints and parked rows) and one for
+reads (the shards' shared read, see shared_reads.py), plus the process's LISTEN connection.
+psycopg serialises the statements of tasks sharing an async connection, and each of these
+statements is a transaction of its own (autocommit): none may open a transaction block on it,
+which would take the other tasks' statements in (see LeaderStore.finish_shard_change).
+
+A statement that finds the connection gone raises in the task that sent it (its term ends as
+for any lost connection); the next `get` sees it closed and opens another under the one
+reconnect policy (poller/reconnect.py), once for every task waiting.
+"""
+
+import asyncio
+import contextlib
+from typing import Any
+
+import psycopg
+
+from poller.reconnect import Reconnector
+from poller.waits import unless_stopped
+
+Connection = psycopg.AsyncConnection[Any]
+
+
+class SharedConnection:
+    def __init__(self, connections: Reconnector) -> None:
+        self._connections = connections
+        self._conn: Connection | None = None
+        self._opening = asyncio.Lock()
+
+    async def get(self, stop: asyncio.Event) -> Connection:
+        """The open connection, reopened when it was lost; Stopped once `stop` is set (one
+        shard's stop gives up its own wait, not another task's)."""
+        return await unless_stopped(self._open(), stop)
+
+    async def _open(self) -> Connection:
+        async with self._opening:
+            conn = self._conn
+            if conn is None or conn.closed:
+                if conn is not None:
+                    self._connections.lost()
+                conn = self._conn = await self._connections.connect()
+            return conn
+
+    async def open_alone(self) -> Connection:
+        """A connection of the caller's own, to the same server under the same name, for a
+        transaction block; one attempt, the caller closes it."""
+        return await self._connections.open_once()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()

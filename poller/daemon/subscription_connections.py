@@ -1,0 +1,59 @@
+"""The connections a process keeps for one subscription, whatever the number of shards it
+leads: one to the database (membership, every shard's lease, checkpoints, parked rows) and
+one to read messages from (the database, or the hot standby of --read-database-url), shared
+by its shards' terms (shared_connection.py), with the one read its shards share
+(shared_reads.py). The read connection is opened by the first term, so a process that only
+stands by holds one.
+"""
+
+import asyncio
+
+from outbox.database_url import mask_password
+from poller.daemon.shared_connection import SharedConnection
+from poller.daemon.shared_reads import SharedShardReads
+from poller.membership import ShardUnit
+from poller.reconnect import Reconnector
+from poller.store.message_reads import prepare_reader_async
+from poller.store.records import new_holder_id
+
+CONNECTIONS_PER_SUBSCRIPTION = 2
+"""What a process holds for each subscription it runs (besides its one LISTEN connection)."""
+
+
+class SubscriptionConnections:
+    def __init__(
+        self,
+        database_url: str,
+        read_database_url: str | None,
+        subscription_id: str,
+        stop: asyncio.Event,
+    ) -> None:
+        # The process's id in the subscription's group, and every lease's holder: it names
+        # the connections (application_name), so another process sees at once when this
+        # one's session is gone (see Lease).
+        self.holder = new_holder_id()
+        read_url = read_database_url or database_url
+        self.reads_elsewhere = read_url != database_url
+        self.read_url_shown = mask_password(read_url)
+        self.writes = SharedConnection(
+            Reconnector(database_url, self.holder, subscription_id, stop=stop)
+        )
+        # Sorts off, UTC: see prepare_reader_async.
+        self.reads = SharedConnection(
+            Reconnector(
+                read_url,
+                self.holder,
+                f"{subscription_id} reads",
+                stop=stop,
+                prepare=prepare_reader_async,
+            )
+        )
+        self.shard_reads = SharedShardReads(self.reads, stop)
+        # Per shard, until when a takeover's term may start nothing (see SelfFence): kept by
+        # the process, not the term, as its next term may re-take the lease as its own.
+        self.not_before: dict[ShardUnit, float] = {}
+
+    async def close(self) -> None:
+        await self.shard_reads.close()
+        await self.reads.close()
+        await self.writes.close()
