@@ -6,8 +6,9 @@ settings, replay and skip requests), the lease's row and the parked rows; and it
 rules those statements apply in sql/queries.sql: every write is fenced by the lease's token,
 a checkpoint and a park only land in the stored epoch, a checkpoint never moves backwards,
 a re-park clears only the replay request it read, an unpark deletes only the row it read. The
-test plays the operator and the other processes (seek, settings, replay and skip requests,
-a takeover of the lease) through the methods below the store's.
+test plays the writers, the operator and the other processes (appends and commits, seek,
+settings, replay and skip requests, a takeover of the lease, a slow commit) through the
+methods before the store's own.
 
 What only PostgreSQL can show (snapshots, locks between concurrent statements, shard
 layouts, hot standbys) stays with the database tests: this fake serves a plain layout only.
@@ -98,10 +99,10 @@ class FakeTermStore:
         self.parked: dict[int, ParkedRow] = {}
         # Every statement the term ran, with whether it was accepted (a read always is).
         self.calls: list[tuple[str, bool]] = []
-        # Cleared by hold_checkpoints: checkpoint writes wait, as behind a slow commit.
-        self._checkpoints_flow = asyncio.Event()
-        self._checkpoints_flow.set()
-        self.checkpoint_writes_waiting = 0
+        # Cleared by hold_writes: the fenced writes wait, as behind a slow commit.
+        self._writes_flow = asyncio.Event()
+        self._writes_flow.set()
+        self.writes_waiting = 0
         self._clock = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
     # The publication ----------------------------------------------------------------------
@@ -192,11 +193,12 @@ class FakeTermStore:
         assert self.lease_token is not None
         self.lease_token += 1
 
-    def hold_checkpoints(self) -> None:
-        self._checkpoints_flow.clear()
+    def hold_writes(self) -> None:
+        """Parks, unparks and checkpoints wait (as behind a slow commit) until let through."""
+        self._writes_flow.clear()
 
-    def let_checkpoints_through(self) -> None:
-        self._checkpoints_flow.set()
+    def let_writes_through(self) -> None:
+        self._writes_flow.set()
 
     @property
     def released(self) -> bool:
@@ -277,11 +279,7 @@ class FakeTermStore:
     ) -> bool:
         """write_checkpoint: the runtime lands for the leader whatever the rest (its CTE runs
         on its own); the checkpoint only in the stored epoch and never backwards."""
-        self.checkpoint_writes_waiting += 1
-        try:
-            await self._checkpoints_flow.wait()
-        finally:
-            self.checkpoint_writes_waiting -= 1
+        await self._turn_to_write()
         leads = self.lease_token == self.lease.token
         if leads:
             self.runtime = runtime
@@ -295,6 +293,7 @@ class FakeTermStore:
     async def park(self, epoch: int, message: Message, attempts: int, reason: str) -> int | None:
         """park_message: only in the stored epoch; a repeated park adds its attempts and keeps
         the row's replay request."""
+        await self._turn_to_write()
         if not self._leads("park", also=epoch == self.epoch):
             return None
         row = self.parked.get(message.position)
@@ -310,6 +309,7 @@ class FakeTermStore:
     ) -> int | None:
         """repark_replayed_message: whatever the epoch; clears the request it read, not a
         later one; nothing when the row was purged meanwhile."""
+        await self._turn_to_write()
         row = self.parked.get(request.message.position)
         if not self._leads("repark_replayed", also=row is not None):
             return None
@@ -323,6 +323,7 @@ class FakeTermStore:
 
     async def unpark(self, position: Position, parked_at: datetime.datetime) -> bool:
         """unpark_message: only the row the replay read (a newer park of it stays)."""
+        await self._turn_to_write()
         row = self.parked.get(position.position)
         if not self._leads("unpark", also=row is not None and row.parked_at == parked_at):
             return False
@@ -348,6 +349,13 @@ class FakeTermStore:
         return True
 
     # -------------------------------------------------------------------------------------
+
+    async def _turn_to_write(self) -> None:
+        self.writes_waiting += 1
+        try:
+            await self._writes_flow.wait()
+        finally:
+            self.writes_waiting -= 1
 
     def _leads(self, statement: str, *, also: bool = True) -> bool:
         """The fencing every lease statement applies (token and holder), and the statement's

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from outbox.positions import START
+from outbox.positions import START, Position
 from poller.daemon.leadership_term import LeadershipLost
 from poller.message import Message
 from tests.unit.daemon.term_store_fake import Checkpointed, Event, FakeTermStore, Handled
@@ -111,36 +111,42 @@ async def test_a_lost_lease_ends_the_term_and_nothing_more_is_written() -> None:
 
 
 async def test_a_seek_delivers_again_and_a_checkpoint_of_the_old_epoch_never_lands() -> None:
-    """A checkpoint write queued before the seek runs after the term applied it: stamped
-    with the seek's epoch, it would pass messages the seek asked to deliver again."""
+    """A checkpoint asked for before a seek, still queued behind a slow write when the term
+    applies the seek, keeps its epoch: stamped with the seek's, it would land and pass
+    messages the seek asked to deliver again."""
     store = FakeTermStore(EVERY_MESSAGE)
-    messages = store.append("a", "b", "c", "d", "e")
-    redeliver = asyncio.Event()
-    first_pass: set[object] = set()
+    [replayed] = store.append("a")
+    store.checkpoint = replayed.at  # an earlier term parked it and moved on
+    store.park_earlier(replayed, attempts=10, error="timed out")
+    store.request_replay()  # delivered first: its unpark is the write the checkpoint waits for
+    stream = store.append("b", "c", "d")
+    again = asyncio.Event()
+    seen: set[Position] = set()
 
     async def handle(message: Message) -> None:
-        if message.at in first_pass:
-            await redeliver.wait()  # held until the writes queued before the seek are done
-        first_pass.add(message.at)
+        if message.at in seen:
+            await again.wait()  # held until the writes queued before the seek are done
+        seen.add(message.at)
         store.journal.append(Handled(message.at))
 
-    store.hold_checkpoints()
+    store.hold_writes()
     async with running_term(store, handle) as term:
         await until(
-            lambda: len(handled(store.journal)) == 5 and store.checkpoint_writes_waiting == 1,
-            "all five are handled and a checkpoint write waits",
+            lambda: len(handled(store.journal)) == 4 and store.writes_waiting == 1,
+            "the replay's unpark waits, the stream is handled",
         )
-        store.seek(START)
+        await renewals(store, 1)  # its checkpoint has been asked for, queued behind the unpark
+        store.seek(replayed.at)
         await until(lambda: term.term.machine.epoch == 1, "the term applied the seek")
-        store.let_checkpoints_through()
-        await until(lambda: epoch_checkpoints(store.journal, 1), "the seek's checkpoint landed")
-        redeliver.set()
-        await until(lambda: store.checkpoint == messages[-1].at, "the last is passed again")
+        store.let_writes_through()
+        await until(lambda: epoch_checkpoints(store.journal, 1), "a checkpoint of epoch 1 landed")
+        again.set()
+        await until(lambda: store.checkpoint == stream[-1].at, "the last is passed again")
         await term.stopped()
-    assert handled(store.journal) == [m.at for m in messages] * 2
-    assert store.accepted("write_checkpoint")[0] is False  # the old epoch's
+    assert handled(store.journal) == [replayed.at] + [m.at for m in stream] * 2
+    assert False in store.accepted("write_checkpoint")  # the old epoch's, refused
     assert epoch_checkpoints(store.journal, 0) == []
-    checkpoint_only_passes_finished(store.journal, messages)
+    checkpoint_only_passes_finished(store.journal, stream, start=replayed.at)
 
 
 async def test_rows_behind_a_running_transaction_wait_for_its_commit() -> None:
