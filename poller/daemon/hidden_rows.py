@@ -12,15 +12,15 @@ from poller.daemon.options import DaemonOptions
 from poller.daemon.replica_watch import ReplicaWatch
 from poller.daemon.stall import StallWatch
 from poller.message import Message
-from poller.store.leader_store import LeaderStore
 from poller.store.records import Blocker
+from poller.store.term_store import TermStore
 
 log = logging.getLogger(__name__)
 
 
 class HiddenRows:
     def __init__(
-        self, store: LeaderStore, subscription_id: str, publication: str, options: DaemonOptions
+        self, store: TermStore, subscription_id: str, publication: str, options: DaemonOptions
     ) -> None:
         self._store = store
         self._subscription_id = subscription_id

@@ -32,8 +32,8 @@ from poller.daemon.self_fence import SelfFence
 from poller.daemon.term_writes import TermWrites, WriteCommand
 from poller.membership import Layout
 from poller.message import Message
-from poller.store.leader_store import LeaderStore
 from poller.store.records import SubscriptionRecord, settings_from_stored
+from poller.store.term_store import TermStore
 from poller.subscription import (
     Command,
     Deliver,
@@ -58,7 +58,7 @@ class LeadershipLost(Exception):  # noqa: N818 - an event the worker handles, no
 class LeadershipTerm:
     def __init__(
         self,
-        store: LeaderStore,
+        store: TermStore,
         fence: SelfFence,
         record: SubscriptionRecord,
         caller: HandlerCaller,

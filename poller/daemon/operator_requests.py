@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from outbox.positions import Position, readable
 from poller.daemon.consumers import Consumers
-from poller.store.leader_store import LeaderStore
 from poller.store.records import LeaseState, ReplayRequest, SkipRequest
+from poller.store.term_store import TermStore
 from poller.subscription import Command, Deliver, Envelope, Outcome, SubscriptionMachine
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ class OperatorRequests:
     def __init__(
         self,
         subscription_id: str,
-        store: LeaderStore,
+        store: TermStore,
         machine: SubscriptionMachine,
         consumers: Consumers,
         carry_out: Callable[[list[Command]], None],

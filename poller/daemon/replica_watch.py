@@ -13,14 +13,14 @@ from outbox.positions import Position
 from outbox.read_servers import ReplicaLag, behind, check_read_server
 from poller.daemon.options import DaemonOptions
 from poller.daemon.stall import StallWatch
-from poller.store.leader_store import LeaderStore
+from poller.store.term_store import TermStore
 
 log = logging.getLogger(__name__)
 
 
 class ReplicaWatch:
     def __init__(
-        self, store: LeaderStore, subscription_id: str, read_url: str, options: DaemonOptions
+        self, store: TermStore, subscription_id: str, read_url: str, options: DaemonOptions
     ) -> None:
         self._store = store
         self._subscription_id = subscription_id

@@ -13,7 +13,7 @@ from outbox.storable_text import storable_text
 from poller.daemon.handler_caller import payload_message
 from poller.daemon.metrics import SubscriptionMetrics
 from poller.daemon.operator_requests import OperatorRequests
-from poller.store.leader_store import LeaderStore
+from poller.store.term_store import TermStore
 from poller.subscription import Command, Park, ReplayDone, SubscriptionMachine, WriteCheckpoint
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ class TermWrites:
     def __init__(
         self,
         subscription_id: str,
-        store: LeaderStore,
+        store: TermStore,
         machine: SubscriptionMachine,
         metrics: SubscriptionMetrics,
         requests: OperatorRequests,
