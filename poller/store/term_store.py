@@ -25,6 +25,11 @@ class TermStore(Protocol):
         """A shard's last read: the publication's last message safe to read then (any
         shard); None for a plain subscription, whose reads see every message."""
 
+    @property
+    def more_to_read(self) -> bool:
+        """The last read stopped at its row limit before the safe frontier (a read shared by
+        a process's shards): read again at once."""
+
     # Reads --------------------------------------------------------------------------------
 
     async def read_batch(self, publication: str, after: Position, limit: int) -> list[Message]:

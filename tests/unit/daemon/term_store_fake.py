@@ -81,6 +81,7 @@ class FakeTermStore:
         # The store's side of the protocol.
         self.lease = Lease(SUBSCRIPTION, "holder-under-test", ttl_seconds=4.0, token=1)
         self.last_safe: Position | None = None  # a plain subscription's reads see every message
+        self.more_to_read = False  # a plain subscription reads up to the frontier
         # The publication: its messages in delivery order, and the transactions still open.
         self.messages: list[Message] = []
         self._next_transaction = 100

@@ -56,12 +56,6 @@ async def test_a_graceful_stop_writes_the_final_checkpoint_and_releases_the_leas
     assert store.released
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LeadershipTerm._wait_for_calls, once the process stops, waits for the idle"
-    " consumers and the ticker with asyncio.wait's default ALL_COMPLETED: the ticker only ends"
-    " by raising, so a stop with a call in flight always takes the whole shutdown_timeout",
-)
 async def test_a_graceful_stop_waits_for_a_call_in_flight_only_while_it_runs() -> None:
     store = FakeTermStore()
     store.append("a")
