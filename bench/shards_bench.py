@@ -10,11 +10,12 @@
   time per delivered message over that span (bench/server_cpu.py; n/a when the server's
   processes are not readable from here); and the most connections the daemons held on the
   database (bench/held_connections.py). Each against 1 process on an unsharded subscription
-  in the same run. A combination that cannot run is a row saying why, never the end of the
-  bench: before it starts, when the connections the runs so far say it would hold (fit as
-  so many a process plus so many a shard) are more than the server can spare; while it
-  runs, when its daemons go over that, do not share the shards within LEAD_TIMEOUT or do not
-  drain within its timeout.
+  in the same run. A drain during which a shard changed leader (a lease not renewed in time,
+  taken again) says so: its rate includes the hand-over. A combination that cannot run is a
+  row saying why, never the end of the bench: before it starts, when the connections the
+  runs so far say it would hold (fit as so many a process plus so many a shard) are more
+  than the server can spare; while it runs, when its daemons go over that, do not share the
+  shards within LEAD_TIMEOUT or do not drain within its timeout.
 - read: the daemon's own reads (decoded messages) paging through 5 N messages, 500 a page:
   the whole publication (read_batch) against one shard of 4 (read_shard_batch: the same
   keyset read filtered by outbox.message_shard, so it passes over every row to return a
@@ -96,7 +97,7 @@ def create(url: str, name: str, shards: int, settings: dict[str, Any]) -> None:
 
 def leaders(url: str, name: str) -> list[int]:
     """The pid leading each shard of the current count (alive leases), in shard order."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True, application_name=BENCH_CONNECTION) as conn:
         rows = conn.execute(
             "SELECT l.pid FROM outbox.subscriptions AS s"
             " JOIN outbox.subscription_leaders AS l"
@@ -106,6 +107,19 @@ def leaders(url: str, name: str) -> list[int]:
             (name,),
         ).fetchall()
     return [row[0] for row in rows]
+
+
+def leader_tokens(url: str, name: str) -> dict[int, int]:
+    """The fencing token of each shard's lease, by shard: a new leader takes a new token."""
+    with psycopg.connect(url, autocommit=True, application_name=BENCH_CONNECTION) as conn:
+        rows = conn.execute(
+            "SELECT l.shard, l.token FROM outbox.subscriptions AS s"
+            " JOIN outbox.subscription_leaders AS l"
+            "   ON l.subscription_id = s.subscription_id AND l.shard_count = s.shard_count"
+            " WHERE s.subscription_id = %s",
+            (name,),
+        ).fetchall()
+    return dict(rows)
 
 
 def wait_for_leaders(
@@ -177,6 +191,7 @@ def variant_name(processes: int, shards: int) -> str:
 class Drained:
     rate: float  # msg/s
     server_seconds: float | None  # the server's CPU time over the drain, None: not readable
+    handed_over: int  # shards whose leader changed during the drain (a lease lost, taken)
 
 
 @dataclass(frozen=True)
@@ -201,6 +216,7 @@ def drain_once(
         try:
             with DaemonProcesses(url, name, processes, iterations) as daemons:
                 wait_for_leaders(url, name, shards, daemons, LEAD_TIMEOUT, held.over_budget)
+                tokens = leader_tokens(url, name)
                 committed_at = write_backlog(url, name, count)
                 before = cpu.ticks() if cpu else {}
                 while daemons.collect() < count:
@@ -213,15 +229,16 @@ def drain_once(
                     time.sleep(0.05)
                 server = ServerCpu.seconds_between(before, cpu.ticks()) if cpu else None
                 finished_at = max(daemons.handled.values())
+                now = leader_tokens(url, name)
+                handed_over = sum(1 for shard, token in tokens.items() if now.get(shard) != token)
         except (DrainFailedError, OSError, EOFError, psycopg.Error) as error:
             # A child that died shows as an EOFError, which says nothing by itself.
             why = str(error) or f"{type(error).__name__} (a daemon process ended)"
             if held.over_budget.is_set():
                 why = over_budget(held)
             return Outcome(processes, shards, held.most, failure=f"failed: {why}")
-    return Outcome(
-        processes, shards, held.most, Drained(count / (finished_at - committed_at), server)
-    )
+    rate = count / (finished_at - committed_at)
+    return Outcome(processes, shards, held.most, Drained(rate, server, handed_over))
 
 
 def over_budget(held: HeldConnections) -> str:
@@ -316,10 +333,13 @@ def matrix_rows(outcomes: list[Outcome], count: int, cpu_unreadable: str) -> lis
             rate_rows.append(Measurement(groups[0], name, math.nan, "msg/s", baseline, o.failure))
             continue
         one_process = rates.get((1, o.shards))
-        scaled = ""
+        notes = []
         if o.processes > 1 and one_process:
-            scaled = f"{o.drained.rate / one_process:.2f}x of 1 process"
-        rate_rows.append(Measurement(groups[0], name, o.drained.rate, "msg/s", baseline, scaled))
+            notes.append(f"{o.drained.rate / one_process:.2f}x of 1 process")
+        if o.drained.handed_over:  # hand-overs in the timed span: a slower, noisier figure
+            notes.append(f"leader changed on {o.drained.handed_over} of {o.shards} shards")
+        note = "; ".join(notes)
+        rate_rows.append(Measurement(groups[0], name, o.drained.rate, "msg/s", baseline, note))
         seconds = o.drained.server_seconds
         per_message = math.nan if seconds is None else seconds / count * 1e6
         cpu_rows.append(
