@@ -8,6 +8,7 @@ unset, an embedded PostgreSQL under .outbox/bench is used. `--quick` shrinks eve
 import argparse
 import datetime
 import importlib
+import math
 import os
 import sys
 from pathlib import Path
@@ -59,10 +60,16 @@ def render(title: str, measurements: list[Measurement]) -> Table:
     by_key = {(m.group, m.variant): m for m in measurements}
     for m in measurements:
         base = by_key.get((m.group, m.baseline)) if m.baseline else None
-        ratio = f"{m.value / base.value:.2f}x" if base and base.value else ""
-        table.add_row(
-            m.group, m.variant, f"{m.value:,.2f}", m.unit, ratio, m.baseline or "", m.note
+        # NaN is a value not measured (a run that failed, a figure not readable): the note
+        # says why, and no ratio is made of it.
+        measured = not math.isnan(m.value)
+        ratio = (
+            f"{m.value / base.value:.2f}x"
+            if measured and base and base.value and not math.isnan(base.value)
+            else ""
         )
+        value = f"{m.value:,.2f}" if measured else "-"
+        table.add_row(m.group, m.variant, value, m.unit, ratio, m.baseline or "", m.note)
     return table
 
 

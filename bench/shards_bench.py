@@ -1,31 +1,46 @@
 """Shards: one subscription led by several processes.
 
-- drain: N messages (100,000; OUTBOX_BENCH_SHARDS_MESSAGES sets N, a quick run uses 5,000),
-  pinned, 4 consumers, 1,000 keys, a plain `def` handler burning 0.3 ms of CPU-bound Python a
-  message; every daemon in a process of its own (bench/daemon_processes.py). One process on an
-  unsharded subscription, one on 4 shards, two on 4 shards. Timed from the commit of the
-  backlog (one transaction, written once every process leads its shards) to the last
-  handler's return, so process start and the first hand-over of shards are left out.
-- read: the daemon's own reads (decoded messages) paging through those N messages, 500 a
-  page: the whole publication (read_batch) against one shard of 4 (read_shards_batch: the same
+- drain matrix: 1, 4, 16 and 64 shards over 1, 2 and 4 processes (not more processes than
+  shards), each on N messages (20,000; OUTBOX_BENCH_SHARDS_MESSAGES sets N, a quick run uses
+  1,000), pinned, 4 consumers, 1,000 keys, a plain `def` handler burning 0.3 ms of CPU-bound
+  Python a message; every daemon in a process of its own (bench/daemon_processes.py). For
+  each: the delivery rate, timed from the commit of the backlog (one transaction, written
+  once every process leads its even share of the shards) to the last handler's return, so
+  process start and the first hand-over of shards are left out; the database server's CPU
+  time per delivered message over that span (bench/server_cpu.py; n/a when the server's
+  processes are not readable from here); and the most connections the daemons held on the
+  database (bench/held_connections.py). Each against 1 process on an unsharded subscription
+  in the same run. A drain during which a shard changed leader (a lease not renewed in time,
+  taken again) says so: its rate includes the hand-over. A combination that cannot run is a
+  row saying why, never the end of the bench: before it starts, when the connections the
+  runs so far say it would hold (fit as so many a process plus so many a shard) are more
+  than the server can spare; while it runs, when its daemons go over that, do not share the
+  shards within LEAD_TIMEOUT or do not drain within its timeout.
+- read: the daemon's own reads (decoded messages) paging through 5 N messages, 500 a page:
+  the whole publication (read_batch) against one shard of 4 (read_shards_batch: the same
   keyset read filtered by outbox.message_shard, so it passes over every row to return a
   quarter of them).
 - latency: bench/load_bench.py's 16 writer processes at 50% of their solo rate, commit to
   handler: 2 processes on 4 shards, and 1 process on 4 shards (what the shards cost without
-  a second process), against 1 process on an unsharded subscription.
+  a second process), against 1 process on an unsharded subscription, p50 and p99 with their
+  ratios to it, all in the same run.
 """
 
 import asyncio
 import contextlib
+import math
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from bench.common import Measurement, percentiles
 from bench.daemon_processes import DaemonProcesses, collecting, iterations_for
+from bench.held_connections import BENCH_CONNECTION, HeldConnections, connection_budget
 from bench.load_bench import (
     Consumer,
     HandledAt,
@@ -34,6 +49,7 @@ from bench.load_bench import (
     solo_rate,
     writer_processes,
 )
+from bench.server_cpu import ServerCpu, ServerNotLocalError
 from outbox.positions import START, Position
 from poller import administration
 from poller.message import Message
@@ -47,20 +63,24 @@ KEYS = 1000
 HANDLER_SECONDS = 0.0003
 DRAIN_SETTINGS = {"strategy": "pinned", "consumers": 4}
 PAGE = 500
+READ_PUBLICATION = "read"
+READ_FACTOR = 5  # the reads page through this many times a drain's messages
 
 UNSHARDED = "1 process, unsharded"
 ONE_PROCESS = "1 process, 4 shards"
 TWO_PROCESSES = "2 processes, 4 shards"
 
 FULL_LATENCY = Timing(3.0, {50: 10.0}, sample_every=1.0, drain_timeout=30.0)
+# The aim for sharding: p50 and p99 of 1 process on 4 shards within this factor of unsharded.
+LATENCY_AIM = 1.25
 QUICK_LATENCY = Timing(0.5, {50: 1.0}, sample_every=0.25, drain_timeout=10.0)
 
 
 def run(database_url: str, quick: bool) -> list[Measurement]:
-    count = 5_000 if quick else int(os.environ.get(MESSAGES_VARIABLE, "100000"))
+    count = 1_000 if quick else int(os.environ.get(MESSAGES_VARIABLE, "20000"))
     return (
-        drain(database_url, count)
-        + reads(database_url, drained(2, 4), count)
+        drain_matrix(database_url, count)
+        + reads(database_url, READ_PUBLICATION, READ_FACTOR * count)
         + latency(database_url, QUICK_LATENCY if quick else FULL_LATENCY)
     )
 
@@ -76,7 +96,7 @@ def create(url: str, name: str, shards: int, settings: dict[str, Any]) -> None:
 
 def leaders(url: str, name: str) -> list[int]:
     """The pid leading each shard of the current count (alive leases), in shard order."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True, application_name=BENCH_CONNECTION) as conn:
         rows = conn.execute(
             "SELECT l.pid FROM outbox.subscriptions AS s"
             " JOIN outbox.subscription_leaders AS l"
@@ -88,25 +108,61 @@ def leaders(url: str, name: str) -> list[int]:
     return [row[0] for row in rows]
 
 
-def wait_for_leaders(url: str, name: str, shards: int, processes: DaemonProcesses) -> None:
-    """Until every shard is led and each process leads its even share of them."""
+def leader_tokens(url: str, name: str) -> dict[int, int]:
+    """The fencing token of each shard's lease, by shard: a new leader takes a new token."""
+    with psycopg.connect(url, autocommit=True, application_name=BENCH_CONNECTION) as conn:
+        rows = conn.execute(
+            "SELECT l.shard, l.token FROM outbox.subscriptions AS s"
+            " JOIN outbox.subscription_leaders AS l"
+            "   ON l.subscription_id = s.subscription_id AND l.shard_count = s.shard_count"
+            " WHERE s.subscription_id = %s",
+            (name,),
+        ).fetchall()
+    return dict(rows)
+
+
+def wait_for_leaders(
+    url: str,
+    name: str,
+    shards: int,
+    processes: DaemonProcesses,
+    timeout: float = 60,
+    give_up: threading.Event | None = None,
+) -> None:
+    """Until every shard is led and each process leads its even share of them; DrainFailedError
+    after `timeout` seconds or once `give_up` is set."""
     share = shards // len(processes.pids)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     while True:
         led = leaders(url, name)
         if len(led) == shards and all(led.count(pid) == share for pid in processes.pids):
             return
+        if give_up is not None and give_up.is_set():
+            raise DrainFailedError(f"{len(led)} of {shards} shards led when given up")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{name}: shards not shared within 60 s: {led}")
+            raise DrainFailedError(
+                f"{len(led)} of {shards} shards led, not shared within {timeout:g} s"
+            )
         time.sleep(0.05)
 
 
-# --- drain -----------------------------------------------------------------------------------
+# --- drain matrix ----------------------------------------------------------------------------
+
+
+SHARD_COUNTS = (1, 4, 16, 64)
+PROCESS_COUNTS = (1, 2, 4)
+LEAD_TIMEOUT = 60.0  # seconds for the processes to share the shards evenly
+ROOM_WAIT = 30.0  # seconds to wait for the server to have room for a run's connections
+SLOWEST_RATE = 200.0  # msg/s: a drain slower than this is cut short as failed
+
+
+class DrainFailedError(Exception):
+    """A combination that did not drain; the message says why."""
 
 
 def write_backlog(url: str, publication: str, count: int) -> float:
     """`count` messages over KEYS keys in one transaction; when its commit returned."""
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, application_name=BENCH_CONNECTION) as conn:
         conn.execute(
             "INSERT INTO outbox.messages"
             " (publication_id, message_id, message_type, partition_key, data)"
@@ -124,35 +180,171 @@ def drained(processes: int, shards: int) -> str:
     return f"drain-{processes}-{shards}"
 
 
-def drain_rate(url: str, processes: int, shards: int, count: int, iterations: int) -> float:
+def variant_name(processes: int, shards: int) -> str:
+    if shards == 1:
+        return f"{processes} process{'es' if processes > 1 else ''}, unsharded"
+    return f"{processes} process{'es' if processes > 1 else ''}, {shards} shards"
+
+
+@dataclass(frozen=True)
+class Drained:
+    rate: float  # msg/s
+    server_seconds: float | None  # the server's CPU time over the drain, None: not readable
+    handed_over: int  # shards whose leader changed during the drain (a lease lost, taken)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    processes: int
+    shards: int
+    held: int  # the most connections the daemons held, 0 when never started
+    drained: Drained | None = None
+    failure: str = ""  # "failed: why" or "not run: why"
+
+
+def drain_once(
+    url: str, processes: int, shards: int, count: int, iterations: int, cpu: ServerCpu | None
+) -> Outcome:
     name = drained(processes, shards)
-    # Every drain starts on an empty table, and the last one's rows stay for `reads`.
+    # Every drain starts on an empty table.
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE outbox.messages")
     create(url, name, shards, DRAIN_SETTINGS)
-    with DaemonProcesses(url, name, processes, iterations) as daemons:
-        wait_for_leaders(url, name, shards, daemons)
-        committed_at = write_backlog(url, name, count)
-        deadline = committed_at + 600
-        while daemons.collect() < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name}: {len(daemons.handled)} of {count} in 600 s")
-            time.sleep(0.05)
-        finished_at = max(daemons.handled.values())
-    return count / (finished_at - committed_at)
+    timeout = 30 + count / SLOWEST_RATE
+    with HeldConnections(url, connection_budget(url)[0]) as held:
+        try:
+            with DaemonProcesses(url, name, processes, iterations) as daemons:
+                wait_for_leaders(url, name, shards, daemons, LEAD_TIMEOUT, held.over_budget)
+                tokens = leader_tokens(url, name)
+                committed_at = write_backlog(url, name, count)
+                before = cpu.ticks() if cpu else {}
+                while daemons.collect() < count:
+                    if held.over_budget.is_set():
+                        raise DrainFailedError("over the connection budget")
+                    if time.monotonic() > committed_at + timeout:
+                        raise DrainFailedError(
+                            f"{len(daemons.handled):,} handled in {timeout:.0f} s"
+                        )
+                    time.sleep(0.05)
+                server = ServerCpu.seconds_between(before, cpu.ticks()) if cpu else None
+                finished_at = max(daemons.handled.values())
+                now = leader_tokens(url, name)
+                handed_over = sum(1 for shard, token in tokens.items() if now.get(shard) != token)
+        except (DrainFailedError, OSError, EOFError, psycopg.Error) as error:
+            # A child that died shows as an EOFError, which says nothing by itself.
+            why = str(error) or f"{type(error).__name__} (a daemon process ended)"
+            if held.over_budget.is_set():
+                why = over_budget(held)
+            return Outcome(processes, shards, held.most, failure=f"failed: {why}")
+    rate = count / (finished_at - committed_at)
+    return Outcome(processes, shards, held.most, Drained(rate, server, handed_over))
 
 
-def drain(url: str, count: int) -> list[Measurement]:
-    iterations = iterations_for(HANDLER_SECONDS)
-    group = f"drain {count:,}, pinned, {KEYS:,} keys, 0.3 ms CPU each"
-    unsharded = drain_rate(url, 1, 1, count, iterations)
-    one = drain_rate(url, 1, 4, count, iterations)
-    two = drain_rate(url, 2, 4, count, iterations)
+def over_budget(held: HeldConnections) -> str:
+    return f"held {held.most} connections, over the {held.budget} the server could spare"
+
+
+ConnectionFit = tuple[float, float]  # connections a process, connections a shard
+
+
+def fit_connections(outcomes: list[Outcome]) -> ConnectionFit | None:
+    """Least squares of held = a * processes + b * shards over the runs that drained, or
+    None while they cannot tell a from b. Fit on what the daemon did, not on its design, so
+    it follows whatever the daemon opens."""
+    runs = [(o.processes, o.shards, o.held) for o in outcomes if o.drained]
+    pp = sum(p * p for p, _, _ in runs)
+    ps = sum(p * s for p, s, _ in runs)
+    ss = sum(s * s for _, s, _ in runs)
+    ph = sum(p * h for p, _, h in runs)
+    sh = sum(s * h for _, s, h in runs)
+    determinant = pp * ss - ps * ps
+    if not determinant:
+        return None
+    return (ph * ss - ps * sh) / determinant, (pp * sh - ps * ph) / determinant
+
+
+def refused(url: str, processes: int, shards: int, fit: ConnectionFit | None) -> str:
+    """Why the combination is not started, or "" to start it: once the server has room for
+    the connections it is expected to hold, waiting up to ROOM_WAIT seconds for others (tests
+    on a shared server) to free some."""
+    if fit is None:
+        return ""
+    per_process, per_shard = fit
+    expected = per_process * processes + per_shard * shards
+    deadline = time.monotonic() + ROOM_WAIT
+    while True:
+        spare, idle_server = connection_budget(url)
+        if expected <= spare:
+            return ""
+        if expected > idle_server or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    return (
+        f"not run: would hold ~{expected:.0f} connections ({per_process:.1f} a process"
+        f" + {per_shard:.1f} a shard, fit on the runs above), the server could spare {spare}"
+        f" ({idle_server} if nobody else used it)"
+    )
+
+
+def combinations() -> list[tuple[int, int]]:
     return [
-        Measurement(group, UNSHARDED, unsharded, "msg/s", note="4 consumers"),
-        Measurement(group, ONE_PROCESS, one, "msg/s", UNSHARDED, note="one GIL for all shards"),
-        Measurement(group, TWO_PROCESSES, two, "msg/s", ONE_PROCESS, note="aim >= 1.6x"),
+        (processes, shards)
+        for shards in SHARD_COUNTS
+        for processes in PROCESS_COUNTS
+        if processes <= shards
     ]
+
+
+def drain_matrix(url: str, count: int) -> list[Measurement]:
+    iterations = iterations_for(HANDLER_SECONDS)
+    try:
+        cpu: ServerCpu | None = ServerCpu(url)
+        cpu_unreadable = ""
+    except ServerNotLocalError as unreadable:
+        cpu, cpu_unreadable = None, f"n/a: {unreadable}"
+    outcomes: list[Outcome] = []
+    try:
+        for processes, shards in combinations():
+            reason = refused(url, processes, shards, fit_connections(outcomes))
+            if reason:
+                outcomes.append(Outcome(processes, shards, 0, failure=reason))
+            else:
+                outcomes.append(drain_once(url, processes, shards, count, iterations, cpu))
+    finally:
+        if cpu:
+            cpu.close()
+    return matrix_rows(outcomes, count, cpu_unreadable)
+
+
+def matrix_rows(outcomes: list[Outcome], count: int, cpu_unreadable: str) -> list[Measurement]:
+    rates = {(o.processes, o.shards): o.drained.rate for o in outcomes if o.drained}
+    where = f"drain {count:,}, pinned, {KEYS:,} keys, 0.3 ms CPU each"
+    groups = (f"{where}: rate", f"{where}: server CPU", f"{where}: connections")
+    rate_rows, cpu_rows, connection_rows = [], [], []
+    for o in outcomes:
+        name = variant_name(o.processes, o.shards)
+        baseline = None if name == UNSHARDED else UNSHARDED
+        if o.held:  # also of a run that failed: how many it had when it did
+            connection_rows.append(
+                Measurement(groups[2], name, o.held, "held", baseline, o.failure, False)
+            )
+        if not o.drained:
+            rate_rows.append(Measurement(groups[0], name, math.nan, "msg/s", baseline, o.failure))
+            continue
+        one_process = rates.get((1, o.shards))
+        notes = []
+        if o.processes > 1 and one_process:
+            notes.append(f"{o.drained.rate / one_process:.2f}x of 1 process")
+        if o.drained.handed_over:  # hand-overs in the timed span: a slower, noisier figure
+            notes.append(f"leader changed on {o.drained.handed_over} of {o.shards} shards")
+        note = "; ".join(notes)
+        rate_rows.append(Measurement(groups[0], name, o.drained.rate, "msg/s", baseline, note))
+        seconds = o.drained.server_seconds
+        per_message = math.nan if seconds is None else seconds / count * 1e6
+        cpu_rows.append(
+            Measurement(groups[1], name, per_message, "us/msg", baseline, cpu_unreadable, False)
+        )
+    return rate_rows + cpu_rows + connection_rows
 
 
 # --- read cost -------------------------------------------------------------------------------
@@ -193,6 +385,9 @@ async def read_both(url: str, publication: str) -> tuple[tuple[int, float], tupl
 
 
 def reads(url: str, publication: str, count: int) -> list[Measurement]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE outbox.messages")
+    write_backlog(url, publication, count)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE outbox.messages")
     (whole, whole_seconds), (shard, shard_seconds) = asyncio.run(read_both(url, publication))
@@ -259,6 +454,8 @@ def latency(url: str, timing: Timing) -> list[Measurement]:
         group = f"latency {quantile} at 50% of R"
         for variant, load in runs.items():
             note = f"wrote {load.written_rate:,.0f}/s"
+            if variant == ONE_PROCESS:
+                note = f"aim <= {LATENCY_AIM:g}x; {note}"
             if load.unhandled:
                 note += f"; {load.unhandled:,} never handled"
             measurements.append(
