@@ -1,6 +1,6 @@
 """Whether the relay traces its publishes (OpenTelemetry), decided when it is made.
 
-As the daemon decides (`poller/daemon/tracing.py`): when the OpenTelemetry API has been
+As the daemon decides (`poller/daemon/reporting/tracing.py`): when the OpenTelemetry API has been
 imported and a tracer provider is set. Otherwise nothing of OpenTelemetry is imported and a
 publish pays nothing for it.
 """

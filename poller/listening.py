@@ -1,5 +1,5 @@
 """LISTEN for the outbox's NOTIFY channel on a connection of its own, kept open for good: one
-implementation for the daemon (poller/daemon/notify_listener.py, one per process) and the
+implementation for the daemon (poller/daemon/term/notify_listener.py, one per process) and the
 catch-up subscriptions (poller/catch_up/wake_ups.py, one per subscription).
 
 NOTIFY only shortens waits: the readers also poll, so a lost LISTEN connection costs latency,

@@ -151,7 +151,7 @@ WHERE subscription_id = %(subscription)s
 RETURNING epoch
 
 -- acquire_leadership --
--- Takes a shard's lease (a plain subscription's one lease is shard 0 of 1) when it is free, expired, or its holder's session is gone; a takeover raises the fencing token. Records whether the term is bounded (its shard belongs to a draining layout). Also returns how long the previous holder's lease had left (0 if none, expired or ours), which the new leader waits out before starting deliveries (see poller/daemon/self_fence.py).
+-- Takes a shard's lease (a plain subscription's one lease is shard 0 of 1) when it is free, expired, or its holder's session is gone; a takeover raises the fencing token. Records whether the term is bounded (its shard belongs to a draining layout). Also returns how long the previous holder's lease had left (0 if none, expired or ours), which the new leader waits out before starting deliveries (see poller/daemon/term/self_fence.py).
 WITH previous AS (
     -- A plain read: the statement's snapshot holds the row as it was before this takeover
     -- (FOR UPDATE would follow the update chain to this statement's own new version).

@@ -52,7 +52,8 @@ class DaemonOptions:
         "Deliveries a consumer slot takes at once and runs in order (batch handlers:"
         " max_batch_size).",
     )
-    # Retention (poller/daemon/retention.py; `outbox prune` and `outbox status` take these too).
+    # Retention (poller/daemon/process/retention.py; `outbox prune` and `outbox status` take
+    # these too).
     retention_interval: float = _option(
         60.0, "Seconds between retention runs: partitions created ahead, old ones retired."
     )

@@ -19,16 +19,16 @@ from typing import Any
 
 from prometheus_client.registry import Collector
 
-from poller.daemon import tracing
-from poller.daemon.coordinator import SubscriptionCoordinator
-from poller.daemon.handler_calls import CallObserver
+from poller.daemon.delivery.handler_calls import CallObserver
 from poller.daemon.handlers import Handler, check_signature
-from poller.daemon.metrics import DaemonMetrics
-from poller.daemon.metrics_server import MetricsServer
-from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
-from poller.daemon.retention import run_retention
-from poller.daemon.subscription_connections import CONNECTIONS_PER_SUBSCRIPTION
+from poller.daemon.process.coordinator import SubscriptionCoordinator
+from poller.daemon.process.retention import run_retention
+from poller.daemon.process.subscription_connections import CONNECTIONS_PER_SUBSCRIPTION
+from poller.daemon.reporting import tracing
+from poller.daemon.reporting.metrics import DaemonMetrics
+from poller.daemon.reporting.metrics_server import MetricsServer
+from poller.daemon.term.notify_listener import NotifyListener
 from poller.message import Message
 from poller.printable import safe_repr
 from poller.waits import cancel_until_done
@@ -80,9 +80,8 @@ async def run_daemon(
     notifications = NotifyListener()
     listener = asyncio.create_task(notifications.listen(database_url), name="listen")
     retention = asyncio.create_task(run_retention(database_url, options, stop), name="retention")
-    # A caller (and thread pool) per shard of each subscription (see coordinator.py): one
-    # subscription's slow handlers neither starve another's threads nor hold back its next
-    # leadership term.
+    # Threads per subscription, a caller per shard (see coordinator.py): one subscription's
+    # slow handlers neither starve another's threads nor hold back its next leadership term.
     coordinators = [
         SubscriptionCoordinator(
             database_url,

@@ -7,8 +7,8 @@ go through the read its process shares among the shards it leads (`ShardReader`)
 The leader writes on one connection (lease renewals, checkpoints, parked rows) and reads on
 another: a checkpoint commit (an fsync) or a renewal would otherwise hold the next read back
 and show in the latency tail. Both are the subscription's in this process, shared by the
-shards it leads (poller/daemon/shared_connection.py), so no statement here opens a
-transaction block on them. The term (poller.daemon.leadership_term) only coordinates.
+shards it leads (poller/daemon/process/shared_connection.py), so no statement here opens a
+transaction block on them. The term (poller.daemon.term.leadership_term) only coordinates.
 """
 
 import datetime
@@ -40,7 +40,8 @@ Connection = psycopg.AsyncConnection[Any]
 
 
 class ShardReader(Protocol):
-    """The read a process shares among the shards it leads (poller/daemon/shared_reads.py)."""
+    """The read a process shares among the shards it leads
+    (poller/daemon/process/shared_reads.py)."""
 
     async def read(
         self, publication: str, unit: ShardUnit, after: Position, until: Position, limit: int

@@ -1,5 +1,5 @@
 """A process's membership of a subscription's group: the statements behind the coordinator
-(poller/daemon/coordinator.py)."""
+(poller/daemon/process/coordinator.py)."""
 
 from dataclasses import dataclass
 from typing import Any

@@ -1,4 +1,4 @@
-"""What a leadership term (poller.daemon.leadership_term) and its helpers ask of their store.
+"""What a leadership term (poller.daemon.term.leadership_term) and its helpers ask of their store.
 
 LeaderStore (leader_store.py) runs each of these as a statement on PostgreSQL; the unit
 tests drive a term through an in-memory fake of the same methods. Every write is fenced by

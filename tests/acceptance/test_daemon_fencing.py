@@ -1,7 +1,7 @@
 """No key in two processes at once: a leader whose database sessions were terminated keeps
 buffered messages, and a standby takes over the moment those sessions are gone. The leader's
 self-fencing (it starts nothing once its lease may have run out) and the new leader's wait
-for the old lease (poller/daemon/self_fence.py) keep the two apart; this drives that race
+for the old lease (poller/daemon/term/self_fence.py) keep the two apart; this drives that race
 again and again with handlers recording start and end on the machine-wide monotonic clock."""
 
 import itertools

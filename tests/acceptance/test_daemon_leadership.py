@@ -83,7 +83,7 @@ def test_one_of_two_daemons_delivers_and_the_standby_replaces_a_killed_leader_af
         committed = writer.stop()
     # The lease is taken at once (the killed leader's session is gone), but deliveries wait
     # until that lease has run out: a leader cut off rather than killed may still be starting
-    # deliveries until then (poller/daemon/self_fence.py). So: at most one lease, plus a poll.
+    # deliveries until then (poller/daemon/term/self_fence.py). So: at most one lease, plus a poll.
     assert takeover < LEASE_SECONDS + 3, (
         f"the standby delivered {takeover:.2f} s after the leader was killed"
     )

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from poller.daemon.leadership_term import CANCELLING
 from poller.daemon.runner import STOP_ALLOWANCE
+from poller.daemon.term.leadership_term import CANCELLING
 from tests.support.daemons import Daemon, DaemonGroup, wait_until
 from tests.support.databases import server_address, through_port
 from tests.support.stored import create_subscription

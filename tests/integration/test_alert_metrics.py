@@ -14,7 +14,7 @@ import pytest
 from outbox.roles import role_names
 from poller import administration
 from poller.daemon.background import DaemonThread
-from poller.daemon.metrics_collector import BLOCKER_MINIMUM_AGE_SECONDS
+from poller.daemon.reporting.metrics_collector import BLOCKER_MINIMUM_AGE_SECONDS
 from tests.integration.test_daemon import append, subscribe
 from tests.integration.test_daemon_metrics import scraped_when, with_port
 from tests.integration.test_shard_metrics import scraped

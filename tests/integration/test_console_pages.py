@@ -18,7 +18,7 @@ from outbox_console.sampler import Sampler
 from outbox_console.tokens import Token
 from poller import operations
 from poller.daemon.options import DaemonOptions
-from poller.daemon.retention import retention_pass
+from poller.daemon.process.retention import retention_pass
 from tests.support.cli import outbox_command
 from tests.support.partitions import billing_over_three_partitions, move_checkpoint
 from tests.support.role_logins import login_as

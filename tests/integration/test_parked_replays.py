@@ -99,7 +99,7 @@ def test_a_replay_in_flight_outlives_a_seek(database_url: str) -> None:
 def test_a_purge_during_a_replay_wins_over_the_replay_failing_again(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="poller.daemon.term_writes")
+    caplog.set_level(logging.INFO, logger="poller.daemon.term.term_writes")
     poison, other = parked(database_url, 2)
     entered, release = threading.Event(), threading.Event()
 

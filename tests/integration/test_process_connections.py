@@ -1,5 +1,5 @@
 """A process's cost in connections is fixed per subscription, whatever the number of shards it
-leads (poller/daemon/subscription_connections.py): 64 shards in one process on a server's
+leads (poller/daemon/process/subscription_connections.py): 64 shards in one process on a server's
 default max_connections of 100 deliver everything, in order per key, on two connections plus
 the LISTEN one. Before, a process held two per shard plus three: 131 here."""
 
@@ -11,7 +11,7 @@ import psycopg
 import outbox
 from poller import administration
 from poller.daemon.options import DaemonOptions
-from poller.daemon.subscription_connections import CONNECTIONS_PER_SUBSCRIPTION
+from poller.daemon.process.subscription_connections import CONNECTIONS_PER_SUBSCRIPTION
 from poller.message import Message
 from tests.integration.test_daemon import Recorder, wait_for
 from tests.support.inprocess import running_daemon

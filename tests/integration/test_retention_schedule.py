@@ -14,7 +14,7 @@ import outbox
 from outbox import NewMessage
 from outbox.queries import QUERIES
 from poller.daemon.options import DaemonOptions
-from poller.daemon.retention import run_retention
+from poller.daemon.process.retention import run_retention
 from tests.support.partitions import move_checkpoint, partition_names, use_small_partitions
 
 OPTIONS = DaemonOptions(retention_interval=0.05, retention_minimum_age=0.001, partition_size=100)

@@ -12,7 +12,7 @@ import poller
 from poller import administration
 from poller.catch_up import stream
 from poller.daemon.options import DaemonOptions
-from poller.daemon.retention import retention_pass
+from poller.daemon.process.retention import retention_pass
 from tests.support.cli import outbox_command
 from tests.support.partitions import (
     billing_over_three_partitions,

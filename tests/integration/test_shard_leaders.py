@@ -14,8 +14,8 @@ import outbox
 from outbox.positions import Position
 from outbox.shards import message_shard
 from poller import administration
-from poller.daemon.shared_connection import SharedConnection
-from poller.daemon.shared_reads import SharedShardReads
+from poller.daemon.process.shared_connection import SharedConnection
+from poller.daemon.process.shared_reads import SharedShardReads
 from poller.membership import ShardUnit
 from poller.reconnect import Reconnector
 from poller.shard_administration import change_shard_count

@@ -14,8 +14,8 @@ import outbox
 from outbox.positions import START
 from outbox.shards import message_shard
 from poller import administration, shard_administration
-from poller.daemon.metrics import DaemonMetrics
-from poller.daemon.metrics_collector import StateCollector
+from poller.daemon.reporting.metrics import DaemonMetrics
+from poller.daemon.reporting.metrics_collector import StateCollector
 from tests.support.inprocess import FAST
 from tests.support.metrics_scrape import Series, value
 

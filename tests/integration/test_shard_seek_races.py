@@ -16,7 +16,7 @@ import pytest
 from outbox.positions import START, Position
 from poller import administration
 from poller.daemon.options import DaemonOptions
-from poller.daemon.retention import retention_pass
+from poller.daemon.process.retention import retention_pass
 from poller.membership import ShardUnit
 from poller.message import Message
 from poller.store.leader_store import LeaderStore

@@ -1,7 +1,7 @@
-"""The read a process shares among the shards it leads (poller/daemon/shared_reads.py), against
-PostgreSQL: asks that meet are answered by one read, each shard gets exactly its own messages
-in delivery order wherever it starts, and a read cut by its row limit still moves every shard
-on, so shards far apart all drain without reading anything twice."""
+"""The read a process shares among the shards it leads (poller/daemon/process/shared_reads.py),
+against PostgreSQL: asks that meet are answered by one read, each shard gets exactly its own
+messages in delivery order wherever it starts, and a read cut by its row limit still moves
+every shard on, so shards far apart all drain without reading anything twice."""
 
 import asyncio
 import random
@@ -13,8 +13,8 @@ import pytest
 import outbox
 from outbox.positions import START, Position
 from outbox.shards import message_shard
-from poller.daemon.shared_connection import SharedConnection
-from poller.daemon.shared_reads import SharedShardReads
+from poller.daemon.process.shared_connection import SharedConnection
+from poller.daemon.process.shared_reads import SharedShardReads
 from poller.membership import ShardUnit
 from poller.message import Message
 from poller.reconnect import Reconnector

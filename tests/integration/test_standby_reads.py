@@ -117,7 +117,7 @@ def test_a_standby_behind_the_stored_checkpoint_is_waited_for_and_never_read_aro
     with psycopg.connect(primary, autocommit=True) as conn:
         administration.create(conn, "plain", "orders", "start", {})
         administration.create(conn, "sharded", "keys", "start", {}, shards=2)
-    caplog.set_level(logging.INFO, logger="poller.daemon.replica_watch")
+    caplog.set_level(logging.INFO, logger="poller.daemon.term.replica_watch")
     options = dataclasses.replace(reading_from(standby), stall_threshold=0.5)
     later = Recorder()
     # The daemon reading the standby outlives the pause: it reads on once replay resumes.

@@ -149,7 +149,8 @@ def test_a_process_leading_several_shards_names_the_shard_in_each_log_line(
     for record in parks():
         shard = positions[int(record.position.split(":")[1])]
         assert record.shard == f"{shard}/2"
-        assert f" poller.daemon.term_writes [shard {shard}/2]: subscription billing parked" in (
-            TextLogFormatter().format(record)
+        assert (
+            f" poller.daemon.term.term_writes [shard {shard}/2]: subscription billing parked"
+            in (TextLogFormatter().format(record))
         )
         assert json.loads(JsonLogFormatter().format(record))["shard"] == f"{shard}/2"

@@ -11,7 +11,7 @@ import psycopg
 from opentelemetry import trace
 
 import outbox
-from poller.daemon import tracing
+from poller.daemon.reporting import tracing
 from tests.support.tracing import traced
 
 

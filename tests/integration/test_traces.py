@@ -203,8 +203,8 @@ def test_headers_the_json_decoder_refuses_make_a_span_without_a_parent_not_a_cra
     """jsonb keeps 1e400; orjson refuses it: the call still runs, in a root span."""
     from opentelemetry.sdk.trace import TracerProvider
 
-    from poller.daemon.consumer_spans import SpanRecorder
-    from poller.daemon.handler_calls import Ending, HandlerCall
+    from poller.daemon.delivery.handler_calls import Ending, HandlerCall
+    from poller.daemon.reporting.consumer_spans import SpanRecorder
 
     (message,) = made_messages(1)
     message._headers_text = '{"huge": 1e400}'

@@ -206,7 +206,7 @@ class Daemon:
         handler_failure = False
         for line in self.log().splitlines():
             if header := _RECORD_HEADER.match(line):
-                handler_failure = header["logger"] == "poller.daemon.failure_log"
+                handler_failure = header["logger"] == "poller.daemon.reporting.failure_log"
             if re.search(r" (ERROR|CRITICAL) |Task was destroyed", line) or (
                 line.startswith("Traceback") and not handler_failure
             ):

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from outbox.positions import Position
 from poller.daemon.options import DaemonOptions
-from poller.daemon.retention import retention_pass
+from poller.daemon.process.retention import retention_pass
 from tests.integration.pipeline.writes import (
     append_committed,
     append_in_transaction,

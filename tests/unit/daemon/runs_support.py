@@ -4,7 +4,7 @@ import datetime
 import threading
 from collections.abc import Callable
 
-from poller.daemon.runs import Run
+from poller.daemon.delivery.runs import Run
 from poller.message import Message
 from poller.subscription import Deliver, Envelope
 

@@ -8,13 +8,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 
 from outbox.positions import START, Position
-from poller.daemon.handler_caller import HandlerCaller
+from poller.daemon.delivery.handler_caller import HandlerCaller
 from poller.daemon.handlers import Handler
-from poller.daemon.leadership_term import LeadershipTerm
-from poller.daemon.metrics import SubscriptionMetrics
-from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
-from poller.daemon.self_fence import SelfFence
+from poller.daemon.reporting.metrics import SubscriptionMetrics
+from poller.daemon.term.leadership_term import LeadershipTerm
+from poller.daemon.term.notify_listener import NotifyListener
+from poller.daemon.term.self_fence import SelfFence
 from poller.message import Message
 from tests.unit.daemon.term_store_fake import (
     Checkpointed,

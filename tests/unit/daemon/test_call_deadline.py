@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import poller
-from poller.daemon.handler_caller import HandlerCaller
-from poller.daemon.runs import Run
+from poller.daemon.delivery.handler_caller import HandlerCaller
+from poller.daemon.delivery.runs import Run
 from poller.message import Message
 from tests.unit.daemon.runs_support import always, deliveries
 

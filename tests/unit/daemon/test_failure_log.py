@@ -6,9 +6,9 @@ import asyncio
 import pytest
 
 from poller.batch_handlers import batch_handler
-from poller.daemon.failure_log import FailureLog, LogBudget
-from poller.daemon.handler_caller import HandlerCaller
-from poller.daemon.runs import Run
+from poller.daemon.delivery.handler_caller import HandlerCaller
+from poller.daemon.delivery.runs import Run
+from poller.daemon.reporting.failure_log import FailureLog, LogBudget
 from poller.message import Message
 from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from tests.unit.daemon.runs_support import always, deliveries
@@ -28,7 +28,7 @@ def test_a_poison_storm_writes_a_few_tracebacks_then_says_how_many_it_left_out(
 ) -> None:
     now = [0.0]
     failures = FailureLog("billing", LogBudget(allowed=3, window=60.0), clock=lambda: now[0])
-    caplog.set_level("INFO", logger="poller.daemon.failure_log")
+    caplog.set_level("INFO", logger="poller.daemon.reporting.failure_log")
     messages = [delivery.envelope.payload for delivery in deliveries(50)]
     for message in messages:
         failures.failed(message, ValueError("poison"), first=True)
@@ -48,7 +48,7 @@ def test_an_outcome_request_is_not_a_failure_to_log(
     caplog: pytest.LogCaptureFixture, request_: BaseException
 ) -> None:
     """A relay's broker down raises DestinationUnavailable on every retry: no traceback."""
-    caplog.set_level("DEBUG", logger="poller.daemon.failure_log")
+    caplog.set_level("DEBUG", logger="poller.daemon.reporting.failure_log")
 
     @batch_handler()
     async def relay(_messages: list[Message]) -> None:
@@ -61,7 +61,7 @@ def test_an_outcome_request_is_not_a_failure_to_log(
 def test_a_batch_call_that_raised_is_one_line_and_a_returned_failure_one_per_message(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level("INFO", logger="poller.daemon.failure_log")
+    caplog.set_level("INFO", logger="poller.daemon.reporting.failure_log")
 
     @batch_handler()
     async def raising(_messages: list[Message]) -> None:

@@ -11,9 +11,10 @@ import pytest
 
 from outbox.positions import Position
 from poller.batch_handlers import batch_handler
-from poller.daemon.consumers import Consumers
-from poller.daemon.handler_caller import HandlerCaller
-from poller.daemon.runs import Run, withdrawn
+from poller.daemon.delivery.consumers import Consumers
+from poller.daemon.delivery.handler_caller import HandlerCaller
+from poller.daemon.delivery.runs import Run, withdrawn
+from poller.daemon.reporting.failure_log import FailureLog
 from poller.message import Message
 from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
 from poller.subscription import Outcome, OutcomeKind
@@ -24,7 +25,7 @@ PARK, WITHDRAWN = OutcomeKind.PARK_REQUESTED, OutcomeKind.WITHDRAWN
 
 
 async def run_through(handler: Any, run: Run, threads: int = 2) -> list[tuple[int, OutcomeKind]]:
-    caller = HandlerCaller(handler, threads)
+    caller = HandlerCaller(handler, threads, [FailureLog("sub")])
     try:
         await caller(run, always)
     finally:
@@ -227,7 +228,7 @@ async def test_a_first_failure_logs_its_traceback_at_warning_and_a_handler_reque
         raise errors.pop(0)
 
     called = batch_handler(max_batch_size=1)(handler) if kind == "batch" else handler
-    caplog.set_level("DEBUG", logger="poller.daemon.failure_log")
+    caplog.set_level("DEBUG", logger="poller.daemon.reporting.failure_log")
     await run_through(called, Run(deliveries(1), 30.0))
     assert caplog.records == []  # RetryMessage chose an outcome; nothing failed
     await run_through(called, Run(deliveries(1), 30.0))

@@ -8,11 +8,17 @@ from typing import Any
 import pytest
 
 from poller.batch_handlers import batch_handler
-from poller.daemon.failure_log import FailureLog
-from poller.daemon.handler_caller import HandlerCaller
-from poller.daemon.handler_calls import CallObserver, CallTap, Ending, HandlerCall, ending_of
-from poller.daemon.metrics import SubscriptionMetrics
-from poller.daemon.runs import Run, outcome_of
+from poller.daemon.delivery.handler_caller import HandlerCaller
+from poller.daemon.delivery.handler_calls import (
+    CallObserver,
+    CallTap,
+    Ending,
+    HandlerCall,
+    ending_of,
+)
+from poller.daemon.delivery.runs import Run, outcome_of
+from poller.daemon.reporting.failure_log import FailureLog
+from poller.daemon.reporting.metrics import SubscriptionMetrics
 from poller.message import Message
 from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.subscription import OutcomeKind

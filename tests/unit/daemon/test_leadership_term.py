@@ -9,7 +9,7 @@ import time
 import pytest
 
 from outbox.positions import START, Position
-from poller.daemon.leadership_term import LeadershipLost
+from poller.daemon.term.leadership_term import LeadershipLost
 from poller.message import Message
 from tests.unit.daemon.term_store_fake import Checkpointed, Event, FakeTermStore, Handled
 from tests.unit.daemon.term_support import (

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from poller.batch_handlers import batch_handler
-from poller.daemon.handler_caller import HandlerCaller
-from poller.daemon.metrics import HANDLER_BUCKETS, HandlerTally, SubscriptionMetrics
-from poller.daemon.runs import Run
+from poller.daemon.delivery.handler_caller import HandlerCaller
+from poller.daemon.delivery.runs import Run
+from poller.daemon.reporting.metrics import HANDLER_BUCKETS, HandlerTally, SubscriptionMetrics
 from poller.message import Message
 from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from tests.unit.daemon.test_handler_caller import always, deliveries

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from poller.daemon.pacing import Pacer, Turns
+from poller.daemon.delivery.pacing import Pacer, Turns
 
 
 async def test_run_ends_past_the_budget_wait_for_later_iterations_in_arrival_order() -> None:

@@ -1,7 +1,7 @@
 """Run.take_out: an operator skip withdraws the deliveries of a run its handler has not
 reached, while the handler's thread keeps claiming the others."""
 
-from poller.daemon.runs import Run
+from poller.daemon.delivery.runs import Run
 from poller.subscription import Deliver
 from tests.unit.daemon.runs_support import always, deliveries, race_claims_against
 

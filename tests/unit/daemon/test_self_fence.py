@@ -1,6 +1,6 @@
-"""When a leader may start deliveries (poller/daemon/self_fence.py), with the clock given."""
+"""When a leader may start deliveries (poller/daemon/term/self_fence.py), with the clock given."""
 
-from poller.daemon.self_fence import SelfFence
+from poller.daemon.term.self_fence import SelfFence
 
 
 def fence(previous_lease_left: float, earlier_not_before: float = 0.0) -> SelfFence:

@@ -1,4 +1,4 @@
-from poller.daemon.stall import StallWatch
+from poller.daemon.term.stall import StallWatch
 from poller.store.records import Blocker
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from poller.daemon.notify_listener import NotifyListener
+from poller.daemon.term.notify_listener import NotifyListener
 from poller.waits import wait_event
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from poller.daemon.poll_interval import AdaptiveInterval
+from poller.daemon.term.poll_interval import AdaptiveInterval
 
 
 def test_found_messages_means_read_again_at_once() -> None:

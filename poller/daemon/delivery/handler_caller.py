@@ -15,11 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from poller.batch_handlers import BatchOptions, batch_failures, batch_options
-from poller.daemon.failure_log import FailureLog
-from poller.daemon.handler_calls import CallObserver, CallTap, HandlerCall, ending_of
+from poller.daemon.delivery.handler_calls import CallObserver, CallTap, HandlerCall, ending_of
+from poller.daemon.delivery.pacing import Turns
+from poller.daemon.delivery.runs import MayStart, Run, outcome_of
 from poller.daemon.handlers import Handler, is_async
-from poller.daemon.pacing import Turns
-from poller.daemon.runs import MayStart, Run, outcome_of
 from poller.handler_deadlines import call_deadline, calling_until
 from poller.message import Message
 from poller.subscription import Deliver, Envelope, Outcome, OutcomeKind
@@ -29,43 +28,66 @@ _ACKED = OutcomeKind.ACKED
 log = logging.getLogger(__name__)
 
 
+class HandlerThreads:
+    """The threads a plain `def` handler runs on, and the turns that keep runs handed to them
+    no more than there are threads. A subscription's shards in a process share one: its
+    `handler_threads` is per subscription, so 16 shards led in one process do not run 16 times
+    as many threads, whose contention for the GIL starved the event loop of its lease
+    renewals until leases lapsed."""
+
+    def __init__(self, threads: int) -> None:
+        self.pool = ThreadPoolExecutor(threads, "outbox-handler")
+        # Runs handed to the pool at once, no more than it has threads: queued in the pool,
+        # runs of handlers that fail at once ended faster than the loop took them, and their
+        # wake-ups filled the loop's self-pipe, which then dropped SIGTERM.
+        self.turns = Turns(threads)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
 class HandlerCaller:
     """Runs a subscription's handler over runs of deliveries, so a blocking handler never
     stalls reading, leases or checkpoints; each call's ending is classified once and told
     to the observers (handler_calls.py: the failure log, metrics, spans)."""
 
     def __init__(
-        self, handler: Handler, threads: int, observers: Sequence[CallObserver] | None = None
+        self,
+        handler: Handler,
+        threads: int | HandlerThreads,
+        observers: Sequence[CallObserver] = (),
     ) -> None:
+        """`threads`: how many of its own, or threads shared with other callers (closed by
+        whoever made them)."""
         self._handler = handler
-        self._tap = CallTap(observers if observers is not None else [FailureLog()])
+        self._tap = CallTap(observers)
         self.batch: BatchOptions | None = batch_options(handler)
-        self._pool = None if is_async(handler) else ThreadPoolExecutor(threads, "outbox-handler")
+        self._own_threads = isinstance(threads, int)
+        self._threads: HandlerThreads | None = None
+        if not is_async(handler):
+            self._threads = HandlerThreads(threads) if isinstance(threads, int) else threads
         # Runs on threads outlive a cancelled term; a new term waits for them so a key is
         # never handled twice at once within this process.
         self._running: dict[int, Run] = {}  # by thread id
         self._running_lock = threading.Lock()
         self._quiet = asyncio.Event()  # set (from the last thread to finish) when none runs
-        # Runs handed to the pool at once, no more than it has threads: queued in the pool,
-        # runs of handlers that fail at once ended faster than the loop took them, and their
-        # wake-ups filled the loop's self-pipe, which then dropped SIGTERM.
-        self._pool_turns = Turns(threads)
 
     async def __call__(self, run: Run, may_start: MayStart) -> None:
         """Call the handler on the run's deliveries, recording their outcomes in it;
         `may_start(delivery)` is asked right before each starts (on the handler's thread)."""
-        if self._pool is None:
+        threads = self._threads
+        if threads is None:
             if self.batch is None:
                 await self._run_async(run, may_start)
             else:
                 await self._run_batch_async(run, may_start)
             return
         loop = asyncio.get_running_loop()
-        await self._pool_turns.take()
+        await threads.turns.take()
         try:
-            await loop.run_in_executor(self._pool, self._on_thread, loop, run, may_start)
+            await loop.run_in_executor(threads.pool, self._on_thread, loop, run, may_start)
         finally:
-            self._pool_turns.give_back()
+            threads.turns.give_back()
 
     async def _run_async(self, run: Run, may_start: MayStart) -> None:
         handler = self._handler
@@ -238,8 +260,8 @@ class HandlerCaller:
         return self._quiet.is_set()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._threads is not None and self._own_threads:
+            self._threads.close()
 
 
 def _cancelled_from_outside(error: BaseException) -> bool:

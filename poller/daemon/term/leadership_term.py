@@ -18,18 +18,18 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from outbox.positions import readable
-from poller.daemon.consumers import Consumers
-from poller.daemon.handler_caller import HandlerCaller, payload_message
-from poller.daemon.hidden_rows import HiddenRows
-from poller.daemon.metrics import SubscriptionMetrics
-from poller.daemon.notify_listener import NotifyListener
-from poller.daemon.operator_requests import OperatorRequests
+from poller.daemon.delivery.consumers import Consumers
+from poller.daemon.delivery.handler_caller import HandlerCaller, payload_message
+from poller.daemon.delivery.runs import Run
 from poller.daemon.options import DaemonOptions
-from poller.daemon.other_shards import OtherShards
-from poller.daemon.poll_interval import AdaptiveInterval
-from poller.daemon.runs import Run
-from poller.daemon.self_fence import SelfFence
-from poller.daemon.term_writes import TermWrites, WriteCommand
+from poller.daemon.reporting.metrics import SubscriptionMetrics
+from poller.daemon.term.hidden_rows import HiddenRows
+from poller.daemon.term.notify_listener import NotifyListener
+from poller.daemon.term.operator_requests import OperatorRequests
+from poller.daemon.term.other_shards import OtherShards
+from poller.daemon.term.poll_interval import AdaptiveInterval
+from poller.daemon.term.self_fence import SelfFence
+from poller.daemon.term.term_writes import TermWrites, WriteCommand
 from poller.membership import Layout
 from poller.message import Message
 from poller.store.records import SubscriptionRecord, settings_from_stored

@@ -17,8 +17,8 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable
 
-from poller.daemon.pacing import Pacer
-from poller.daemon.runs import Run, withdrawn
+from poller.daemon.delivery.pacing import Pacer
+from poller.daemon.delivery.runs import Run, withdrawn
 from poller.subscription import Deliver, Outcome
 from poller.waits import wait_event
 

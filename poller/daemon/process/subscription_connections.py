@@ -9,8 +9,8 @@ stands by holds one.
 import asyncio
 
 from outbox.database_url import mask_password
-from poller.daemon.shared_connection import SharedConnection
-from poller.daemon.shared_reads import SharedShardReads
+from poller.daemon.process.shared_connection import SharedConnection
+from poller.daemon.process.shared_reads import SharedShardReads
 from poller.membership import ShardUnit
 from poller.reconnect import Reconnector
 from poller.store.message_reads import prepare_reader_async

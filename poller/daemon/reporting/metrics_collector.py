@@ -24,8 +24,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from outbox.positions import Position
-from poller.daemon.handler_calls import Ending
-from poller.daemon.metrics import (
+from poller.daemon.delivery.handler_calls import Ending
+from poller.daemon.reporting.metrics import (
     HANDLER_BUCKETS,
     LOOP_ANSWER_TIMEOUT,
     OUTCOMES,

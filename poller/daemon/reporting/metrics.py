@@ -23,7 +23,7 @@ from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from poller.daemon.handler_calls import CallObserver, Ending, HandlerCall
+from poller.daemon.delivery.handler_calls import CallObserver, Ending, HandlerCall
 from poller.daemon.options import DaemonOptions
 from poller.membership import ShardUnit
 from poller.message import Message

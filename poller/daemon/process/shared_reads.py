@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from outbox.positions import Position
-from poller.daemon.shared_connection import SharedConnection
+from poller.daemon.process.shared_connection import SharedConnection
 from poller.membership import ShardUnit
 from poller.message import Message
 from poller.store.retired_positions import RetiredPositionError, check_not_retired

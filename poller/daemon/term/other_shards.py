@@ -4,7 +4,7 @@ every read brings the publication's last message safe to read then (of any shard
 import time
 
 from outbox.positions import Position
-from poller.daemon.notify_listener import NotifyListener
+from poller.daemon.term.notify_listener import NotifyListener
 from poller.subscription import Command, SubscriptionMachine
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from outbox.positions import Position, readable
 from outbox.storable_text import storable_text
-from poller.daemon.handler_caller import payload_message
-from poller.daemon.metrics import SubscriptionMetrics
-from poller.daemon.operator_requests import OperatorRequests
+from poller.daemon.delivery.handler_caller import payload_message
+from poller.daemon.reporting.metrics import SubscriptionMetrics
+from poller.daemon.term.operator_requests import OperatorRequests
 from poller.store.term_store import TermStore
 from poller.subscription import Command, Park, ReplayDone, SubscriptionMachine, WriteCheckpoint
 

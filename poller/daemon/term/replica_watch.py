@@ -12,7 +12,7 @@ from outbox.database_url import mask_password
 from outbox.positions import Position
 from outbox.read_servers import ReplicaLag, behind, check_read_server
 from poller.daemon.options import DaemonOptions
-from poller.daemon.stall import StallWatch
+from poller.daemon.term.stall import StallWatch
 from poller.store.term_store import TermStore
 
 log = logging.getLogger(__name__)

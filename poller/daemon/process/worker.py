@@ -20,14 +20,14 @@ import psycopg.errors
 
 from outbox.positions import readable
 from outbox.read_servers import ReadServerRefusedError
-from poller.daemon.handler_caller import HandlerCaller
-from poller.daemon.leadership_term import LeadershipLost, LeadershipTerm
+from poller.daemon.delivery.handler_caller import HandlerCaller
 from poller.daemon.log_context import LEADER_TOKEN, SHARD, SUBSCRIPTION
-from poller.daemon.metrics import SubscriptionMetrics
-from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
-from poller.daemon.self_fence import SelfFence
-from poller.daemon.subscription_connections import SubscriptionConnections
+from poller.daemon.process.subscription_connections import SubscriptionConnections
+from poller.daemon.reporting.metrics import SubscriptionMetrics
+from poller.daemon.term.leadership_term import LeadershipLost, LeadershipTerm
+from poller.daemon.term.notify_listener import NotifyListener
+from poller.daemon.term.self_fence import SelfFence
 from poller.membership import ONLY_SHARD, ShardUnit
 from poller.pollable import NotPollableError, check_pollable
 from poller.reconnect import Backoff, failure_line

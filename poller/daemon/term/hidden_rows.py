@@ -9,8 +9,8 @@ import psycopg
 
 from outbox.positions import Position
 from poller.daemon.options import DaemonOptions
-from poller.daemon.replica_watch import ReplicaWatch
-from poller.daemon.stall import StallWatch
+from poller.daemon.term.replica_watch import ReplicaWatch
+from poller.daemon.term.stall import StallWatch
 from poller.message import Message
 from poller.store.records import Blocker
 from poller.store.term_store import TermStore

@@ -20,16 +20,16 @@ from typing import Any
 
 import psycopg
 
-from poller.daemon.failure_log import FailureLog
-from poller.daemon.handler_caller import HandlerCaller
-from poller.daemon.handler_calls import CallObserver
+from poller.daemon.delivery.handler_caller import HandlerCaller, HandlerThreads
+from poller.daemon.delivery.handler_calls import CallObserver
 from poller.daemon.handlers import Handler
 from poller.daemon.log_context import SUBSCRIPTION
-from poller.daemon.metrics import SubscriptionMetrics
-from poller.daemon.notify_listener import NotifyListener
 from poller.daemon.options import DaemonOptions
-from poller.daemon.subscription_connections import SubscriptionConnections
-from poller.daemon.worker import SubscriptionWorker
+from poller.daemon.process.subscription_connections import SubscriptionConnections
+from poller.daemon.process.worker import SubscriptionWorker
+from poller.daemon.reporting.failure_log import FailureLog
+from poller.daemon.reporting.metrics import SubscriptionMetrics
+from poller.daemon.term.notify_listener import NotifyListener
 from poller.membership import Layout, ShardUnit, assign
 from poller.message import Message
 from poller.pollable import NotPollableError, check_pollable
@@ -77,6 +77,8 @@ class SubscriptionCoordinator:
         # it and the other observers (metrics, spans) see every shard's calls.
         self._observers = [FailureLog(subscription_id), *observers]
         self._shards: dict[ShardUnit, _Shard] = {}
+        # The handler's threads, shared by every shard this process leads (see HandlerThreads).
+        self._threads = HandlerThreads(options.handler_threads)
         # Shards whose worker ended by itself (a fatal error, or the shard left the layout):
         # not started again until the layout changes.
         self._ended: set[ShardUnit] = set()
@@ -135,6 +137,7 @@ class SubscriptionCoordinator:
                 finally:
                     await self._connections.close()
                     self._connections = None
+                    self._threads.close()
 
     def running(self) -> list[Message]:
         """Messages whose handlers still run on a thread now: after the process's stop, those
@@ -184,9 +187,9 @@ class SubscriptionCoordinator:
             # this process's leases share one holder, so a new worker would take the lease
             # back at once and start the call's key beside it. Started once it returned.
             return
-        # A caller (and thread pool) per shard: a shard's restart waits for its own handlers
-        # to be quiet, never for another shard's, which never are under load.
-        caller = HandlerCaller(self._handler, self._options.handler_threads, self._observers)
+        # A caller per shard (on the subscription's threads): a shard's restart waits for its
+        # own handlers to be quiet, never for another shard's, which never are under load.
+        caller = HandlerCaller(self._handler, self._threads, self._observers)
         worker = SubscriptionWorker(
             self._connections,
             self._subscription_id,

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from poller.daemon.handler_calls import Ending, ending_of
+from poller.daemon.delivery.handler_calls import Ending, ending_of
 from poller.daemon.handlers import HandlerExited
 from poller.outcomes import DestinationUnavailable, ParkMessage
 from poller.printable import error_text, failure_text, safe_repr

@@ -14,8 +14,8 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from prometheus_client import make_wsgi_app
 
-from poller.daemon.metrics import DaemonMetrics
-from poller.daemon.metrics_collector import StateCollector
+from poller.daemon.reporting.metrics import DaemonMetrics
+from poller.daemon.reporting.metrics_collector import StateCollector
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from poller.daemon.handler_calls import CallObserver, Ending, HandlerCall
+from poller.daemon.delivery.handler_calls import CallObserver, Ending, HandlerCall
 from poller.message import Message
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from outbox.positions import Position, readable
-from poller.daemon.consumers import Consumers
+from poller.daemon.delivery.consumers import Consumers
 from poller.store.records import LeaseState, ReplayRequest, SkipRequest
 from poller.store.term_store import TermStore
 from poller.subscription import Command, Deliver, Envelope, Outcome, SubscriptionMachine

@@ -21,7 +21,7 @@ from opentelemetry import context, propagate, trace
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from poller.daemon.handler_calls import CallObserver, Ending, HandlerCall
+from poller.daemon.delivery.handler_calls import CallObserver, Ending, HandlerCall
 from poller.message import Message
 from poller.printable import error_text
 

@@ -8,7 +8,7 @@ installed and unused, nothing of it is imported and no handler call pays anythin
 
 import sys
 
-from poller.daemon.handler_calls import CallObserver
+from poller.daemon.delivery.handler_calls import CallObserver
 
 
 def span_recorder(subscription: str) -> CallObserver | None:
@@ -21,6 +21,6 @@ def span_recorder(subscription: str) -> CallObserver | None:
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None  # the API alone: every span would be a no-op
-    from poller.daemon.consumer_spans import SpanRecorder
+    from poller.daemon.reporting.consumer_spans import SpanRecorder
 
     return SpanRecorder(subscription, provider)
