@@ -1,7 +1,7 @@
 """A process's cost in connections is fixed per subscription, whatever the number of shards it
-leads (poller/daemon/process/subscription_connections.py): 64 shards in one process on a server's
-default max_connections of 100 deliver everything, in order per key, on two connections plus
-the LISTEN one. Before, a process held two per shard plus three: 131 here."""
+leads (poller/daemon/process/subscription_connections.py): 64 shards in one process on a
+server's default max_connections of 100 deliver everything, in order per key, on at most five
+connections plus the LISTEN one. Before, a process held two per shard plus three: 131 here."""
 
 import time
 from collections import defaultdict
@@ -54,7 +54,7 @@ def test_64_shards_in_one_process_hold_two_connections_and_deliver_in_order(
             time.sleep(0.05)
         wait_for(lambda: led_shards(database_url) == SHARDS)
         most = max(most, daemon_connections(database_url))
-    # Every shard led here, on the subscription's two connections and the LISTEN one.
+    # Every shard led here, on the subscription's connections and the LISTEN one.
     assert most <= CONNECTIONS_PER_SUBSCRIPTION + 1, most
     by_key: dict[str | None, list[int]] = defaultdict(list)
     with recorder.lock:

@@ -1,9 +1,13 @@
 """The connections a process keeps for one subscription, whatever the number of shards it
-leads: one to the database (membership, every shard's lease, checkpoints, parked rows) and
-one to read messages from (the database, or the hot standby of --read-database-url), shared
-by its shards' terms (shared_connection.py), with the one read its shards share
-(shared_reads.py). The read connection is opened by the first term, so a process that only
-stands by holds one.
+leads: four to the database (membership, and the shards' leases, checkpoints and parked rows,
+a shard's on the one its number picks) and one to read messages from (the database, or the
+hot standby of --read-database-url), shared by its shards' terms (shared_connection.py), with
+the one read its shards share (shared_reads.py). Each opens when first asked for, so a process
+that leads one shard, or only stands by, holds one or two.
+
+Four for writes, not one: under a CPU-bound `def` handler each statement's answer waits for the
+event loop to get the GIL back from the handler threads, and the statements of 16 shards queued
+on one connection came so late that their leases lapsed (see docs/architecture.md).
 """
 
 import asyncio
@@ -16,7 +20,8 @@ from poller.reconnect import Reconnector
 from poller.store.message_reads import prepare_reader_async
 from poller.store.records import new_holder_id
 
-CONNECTIONS_PER_SUBSCRIPTION = 2
+WRITE_CONNECTIONS = 4
+CONNECTIONS_PER_SUBSCRIPTION = WRITE_CONNECTIONS + 1
 """What a process holds for each subscription it runs (besides its one LISTEN connection)."""
 
 
@@ -35,9 +40,12 @@ class SubscriptionConnections:
         read_url = read_database_url or database_url
         self.reads_elsewhere = read_url != database_url
         self.read_url_shown = mask_password(read_url)
-        self.writes = SharedConnection(
-            Reconnector(database_url, self.holder, subscription_id, stop=stop)
-        )
+        self._writes = [
+            SharedConnection(Reconnector(database_url, self.holder, subscription_id, stop=stop))
+            for _ in range(WRITE_CONNECTIONS)
+        ]
+        # The membership's (and a plain subscription's one shard's).
+        self.writes = self._writes[0]
         # Sorts off, UTC: see prepare_reader_async.
         self.reads = SharedConnection(
             Reconnector(
@@ -53,7 +61,12 @@ class SubscriptionConnections:
         # the process, not the term, as its next term may re-take the lease as its own.
         self.not_before: dict[ShardUnit, float] = {}
 
+    def writes_of(self, unit: ShardUnit) -> SharedConnection:
+        """The connection a shard's lease, checkpoints and parked rows go on."""
+        return self._writes[unit.shard % len(self._writes)]
+
     async def close(self) -> None:
         await self.shard_reads.close()
         await self.reads.close()
-        await self.writes.close()
+        for writes in self._writes:
+            await writes.close()

@@ -80,7 +80,8 @@ class SubscriptionWorker:
             try:
                 # The subscription's connections in this process, shared with its other
                 # shards and its membership (see shared_connection.py).
-                conn = await shared.writes.get(stop)
+                writes = shared.writes_of(self._lease.unit)
+                conn = await writes.get(stop)
                 fence = await self._become_leader(conn, stop)
                 if fence is None:
                     return
@@ -101,7 +102,7 @@ class SubscriptionWorker:
                     self._lease,
                     record.layout,
                     shard_reader=shared.shard_reads,
-                    open_alone=shared.writes.open_alone,
+                    open_alone=writes.open_alone,
                 )
                 session = LeadershipTerm(
                     store,
@@ -119,8 +120,8 @@ class SubscriptionWorker:
                     return
             except Stopped:
                 return  # told to stop while the database was unreachable
-            except LeadershipLost:
-                log.warning("lost leadership of %s; standing by", self._name)
+            except LeadershipLost as error:
+                log.warning("lost leadership of %s (%s); standing by", self._name, error)
             except psycopg.OperationalError as error:
                 doing = "standing by for" if LEADER_TOKEN.get() is None else "leading"
                 log.warning(

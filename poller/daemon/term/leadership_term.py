@@ -51,6 +51,16 @@ CANCELLING = 1.0
 """Seconds a statement given up on gets to end when cancelled (see cancel_until_done)."""
 
 
+def until_next_tick(now: float, every: float) -> float:
+    """Seconds to the next multiple of `every` on the loop's clock. Every term of a process
+    ticks on the same beat, so the terms of the shards it leads wake in one turn of the event
+    loop, not one each: under a CPU-bound `def` handler each turn waits for the GIL (up to
+    its 5 ms switch interval) behind the handler threads, and 16 terms ticking out of step
+    every 20 ms needed more turns than the loop got, until its lease renewals came too late
+    and the leases lapsed."""
+    return every - now % every
+
+
 class LeadershipLost(Exception):  # noqa: N818 - an event the worker handles, not a bug
     """Another process holds the subscription now; stop without writing anything."""
 
@@ -287,19 +297,20 @@ class LeadershipTerm:
 
     async def _tick_loop(self) -> None:
         next_renewal = time.monotonic() + self._options.renew_every
+        tick = self._options.tick_every
         while True:
-            await asyncio.sleep(self._options.tick_every)
+            await asyncio.sleep(until_next_tick(asyncio.get_running_loop().time(), tick))
             if self._fence.lapsed(time.monotonic()):
                 # No renewal got through in time (the database is unreachable or slow): stop
                 # before a standby may start this subscription's keys.
-                raise LeadershipLost(f"{self._record.subscription_id}: lease not renewed in time")
+                raise LeadershipLost("no renewal of the lease got through in time")
             self._watch_runs(time.monotonic())
             # Room also appears without any handler outcome (a seek drops the buffer).
             self._wake_reader_if_room()
             if time.monotonic() >= next_renewal:
                 await self._renew()
                 if not await self._before_lapse(self._term_writes.write_runtime_if_changed()):
-                    raise LeadershipLost(self._record.subscription_id)
+                    raise LeadershipLost("another process holds the lease")
                 next_renewal = time.monotonic() + self._options.renew_every
 
     async def _before_lapse(self, statement: Awaitable[T]) -> T:
@@ -317,8 +328,7 @@ class LeadershipTerm:
                 await cancel_until_done(work, within=CANCELLING)
         if work.cancelled():
             raise LeadershipLost(
-                f"{self._record.subscription_id}: the database did not answer the lease's"
-                " renewal before it could run out"
+                "the database did not answer the lease's renewal before it could run out"
             )
         return work.result()
 
@@ -326,7 +336,7 @@ class LeadershipTerm:
         sent_at = time.monotonic()
         state = await self._before_lapse(self._store.renew())
         if state is None:
-            raise LeadershipLost(self._record.subscription_id)
+            raise LeadershipLost("another process holds the lease")
         self._fence.renewed(sent_at)
         self._metrics.database_answered()
         now = time.monotonic()
