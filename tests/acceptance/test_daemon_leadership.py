@@ -171,9 +171,8 @@ def test_a_paused_leader_is_fenced_out_by_the_new_leaders_token(
         )
 
         old.resume()  # SIGCONT: the zombie wakes up believing it leads
-        old.wait_for_log(
-            r"lost leadership of sub \(another process holds the lease\); standing by", 30
-        )
+        # Its fence lapsed while it slept, or its renewal finds the new token: either way.
+        old.wait_for_log(r"lost leadership of sub \(.+\); standing by", 30)
         zombie_deliveries = count_handled_by(database_url, old.pid)
         wait_for_deliveries(database_url, new, count_handled_by(database_url, new.pid) + 50)
         committed = writer.stop()
