@@ -27,15 +27,16 @@ KEYS = [f"key-{n}" for n in range(50)]
 
 
 def append(url: str, count: int, keys: list[str | None] | None = None) -> list[Message]:
-    """`count` messages over `keys` (by default KEYS, every seventh keyless), returned once
-    all are safe."""
+    """`count` more messages over `keys` (by default KEYS, every seventh keyless); every
+    message of the publication, once all are safe."""
     if keys is None:
         keys = [None if n % 7 == 6 else KEYS[n % len(KEYS)] for n in range(count)]
     with psycopg.connect(url, autocommit=True) as conn:
+        total = count + len(read_batch(conn, "orders", START, 100_000))
         for n in range(count):
             outbox.append(conn, "orders", "T", {"n": n}, partition_key=keys[n % len(keys)])
         for _ in range(3000):
-            if len(batch := read_batch(conn, "orders", START, 100_000)) == count:
+            if len(batch := read_batch(conn, "orders", START, 100_000)) == total:
                 return batch
             conn.execute("SELECT pg_sleep(0.01)")  # other tests' transactions hold the frontier
     raise AssertionError("the messages never became safe to read")
@@ -108,6 +109,33 @@ async def test_shards_far_apart_drain_exactly_their_own_messages_through_cut_rea
     # 600 rows at 64 a read is 10 reads for one reader of them all; shard 3's start costs a
     # few more, and the shards' small asks more still, but not a read per shard per page.
     assert shared.reads <= 60, shared.reads
+
+
+async def test_a_read_carries_the_shards_that_did_not_ask_and_answers_them_without_a_read(
+    database_url: str, shared: SharedShardReads
+) -> None:
+    """Both shards read up to the end; new messages come; shard 0 asks alone: its read keeps
+    shard 1's new messages, which shard 1's own ask then gets with no read of its own, in
+    order and complete, then it reads on as before."""
+    units = ShardUnit(2, 0), ShardUnit(2, 1)
+    first = append(database_url, 20)
+    reached = {}
+    for unit in units:
+        answer = await shared.read("orders", unit, START, UNBOUNDED, 100)
+        reached[unit] = answer.messages[-1].at
+    new = [m for m in append(database_url, 20) if m.at > first[-1].at]
+    before = shared.reads
+    zero = await shared.read("orders", units[0], reached[units[0]], UNBOUNDED, 100)
+    assert [m.at for m in zero.messages] == own(new, units[0])
+    assert shared.reads == before + 1
+    one = await shared.read("orders", units[1], reached[units[1]], UNBOUNDED, 3)
+    assert shared.reads == before + 1  # kept for it by shard 0's read
+    rest = await shared.read("orders", units[1], one.messages[-1].at, UNBOUNDED, 100)
+    assert shared.reads == before + 1
+    assert [m.at for m in one.messages + rest.messages] == own(new, units[1])
+    after_all = await shared.read("orders", units[1], rest.messages[-1].at, UNBOUNDED, 100)
+    assert after_all.messages == []
+    assert shared.reads == before + 2
 
 
 def key_of(shard: int, shard_count: int) -> str:

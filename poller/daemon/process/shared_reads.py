@@ -12,12 +12,19 @@ has no message in (a, b]" holds for good (retention only removes rows). The read
 interval per shard and starts the shard's next ask after it: a shard whose messages are rare
 is not read again over the same stretch of the others' rows, and a read cut short by its row
 limit (`full`) still moves every shard it served past what it covered.
+
+A read also carries the process's other shards of the same count along ("riders"): each shard
+that asked before is expected to ask next after what it was given, and a read that starts at
+or before that place keeps the shard's messages there for it (`_Ahead`). Its term, woken by
+the read's news of new safe messages (other_shards.py), gets them without a round trip of its
+own: the shards of a process wake, read and deliver together, as one reader of them all does.
 """
 
 import asyncio
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from outbox.positions import Position
 from poller.daemon.process.shared_connection import SharedConnection
@@ -30,6 +37,27 @@ log = logging.getLogger(__name__)
 
 MOST_ROWS = 10_000
 """The most rows one shared read returns, whatever its shards ask for in all."""
+
+
+class _Expected(NamedTuple):
+    """Where a shard's next ask is expected to start (after what it was last given)."""
+
+    publication: str
+    until: Position
+    after: Position
+    limit: int
+
+
+class _Ahead(NamedTuple):
+    """A shard's messages read before it asked: every one after `read_from` up to `end`; it
+    has none in (`after`, `read_from`], so an ask from anywhere there gets these."""
+
+    until: Position
+    after: Position
+    read_from: Position
+    messages: list[Message]
+    end: Position | None
+    oldest_hidden: int | None
 
 
 @dataclass(eq=False)
@@ -58,6 +86,8 @@ class SharedShardReads:
         self._serving: asyncio.Task[None] | None = None
         # Per shard, (a, b]: a stretch of the publication with no message of that shard.
         self._nothing_of: dict[ShardUnit, tuple[Position, Position]] = {}
+        self._expected: dict[ShardUnit, _Expected] = {}
+        self._ahead: dict[ShardUnit, _Ahead] = {}
         self.reads = 0
         """Shared reads run so far (for tests and the bench: asks answered per read)."""
 
@@ -67,11 +97,30 @@ class SharedShardReads:
         """Up to `limit` messages of `unit` after `after` (no further than `until`). Raises
         what the read raised (a lost connection: the term ends as for its own), and
         RetiredPositionError when retention retired messages after `after`."""
+        ahead = self._ahead.pop(unit, None)
+        if ahead is not None and ahead.until == until and ahead.after <= after <= ahead.read_from:
+            return self._from_ahead(publication, unit, ahead, limit)
         ask = _Ask(publication, unit, after, until, limit)
         self._asks.append(ask)
         if self._serving is None or self._serving.done():
             self._serving = asyncio.create_task(self._serve(), name="shared reads")
         return await ask.answer  # cancelled: the future is too, and the read passes it over
+
+    def forget(self, unit: ShardUnit) -> None:
+        """The shard's term ended here: reads stop carrying it along."""
+        self._expected.pop(unit, None)
+        self._ahead.pop(unit, None)
+
+    def _from_ahead(
+        self, publication: str, unit: ShardUnit, ahead: _Ahead, limit: int
+    ) -> ShardRead:
+        taken, rest = ahead.messages[:limit], ahead.messages[limit:]
+        if rest:
+            self._ahead[unit] = ahead._replace(
+                after=taken[-1].at, read_from=taken[-1].at, messages=rest
+            )
+        self._expected[unit] = _Expected(publication, ahead.until, taken[-1].at, limit)
+        return ShardRead(taken, ahead.end, ahead.oldest_hidden, False)
 
     async def close(self) -> None:
         """Cancel a read in progress (the subscription stops); its asks are cancelled."""
@@ -103,19 +152,23 @@ class SharedShardReads:
                         raise
 
     async def _read_for(self, asks: list[_Ask]) -> list[_Ask]:
-        """One read for asks of one publication, shard count and bound; returns those it did
-        not reach."""
-        starts = {ask: self._start_of(ask) for ask in asks}
+        """One read for asks of one publication, shard count and bound (and the riders it
+        can carry); returns the asks it did not reach."""
+        first = asks[0]
+        starts = {ask: self._start_of(ask.unit, ask.after) for ask in asks}
         start = min(starts.values())
-        limit = min(sum(ask.limit for ask in asks), self._most_rows)
+        riders = self._riders(first.publication, first.unit.shard_count, first.until, asks, start)
+        wanted = sum(ask.limit for ask in asks) + sum(e.limit for _, e, _ in riders)
+        limit = min(wanted, self._most_rows)
         conn = await self._connection.get(self._stop)
+        shards = {ask.unit.shard for ask in asks} | {unit.shard for unit, _, _ in riders}
         batch = await read_shards_batch(
             conn,
-            asks[0].publication,
-            asks[0].unit.shard_count,
-            sorted({ask.unit.shard for ask in asks}),
+            first.publication,
+            first.unit.shard_count,
+            sorted(shards),
             start,
-            asks[0].until,
+            first.until,
             limit,
         )
         self.reads += 1
@@ -133,7 +186,51 @@ class SharedShardReads:
                 unreached.append(ask)  # the row limit cut the read before this shard's start
                 continue
             self._answer(ask, ask_start, batch, by_shard[ask.unit.shard], end, full)
+        for unit, expected, read_from in riders:
+            if end is not None and (not full or read_from < end):
+                self._keep_ahead(unit, expected, read_from, batch, by_shard[unit.shard], end)
         return unreached
+
+    def _riders(
+        self, publication: str, shard_count: int, until: Position, asks: list[_Ask], start: Position
+    ) -> list[tuple[ShardUnit, _Expected, Position]]:
+        """The process's other shards of the same count this read can carry: those expected
+        to ask next at or after its start, with nothing kept for them yet."""
+        asking = {ask.unit for ask in asks}
+        riders = []
+        for unit, expected in self._expected.items():
+            if (
+                unit in asking
+                or unit in self._ahead
+                or unit.shard_count != shard_count
+                or expected.publication != publication
+                or expected.until != until
+            ):
+                continue
+            read_from = self._start_of(unit, expected.after)
+            if read_from >= start:
+                riders.append((unit, expected, read_from))
+        return riders
+
+    def _keep_ahead(
+        self,
+        unit: ShardUnit,
+        expected: _Expected,
+        read_from: Position,
+        batch: ShardsBatch,
+        read: list[Message],
+        end: Position,
+    ) -> None:
+        mark = batch.retired_up_to
+        if mark is not None and expected.after < mark:
+            return  # its own ask will be refused, loudly
+        own = [message for message in read if message.at > read_from]
+        if own:
+            self._ahead[unit] = _Ahead(
+                expected.until, expected.after, read_from, own, end, batch.oldest_hidden
+            )
+        else:
+            self._nothing_between(unit, read_from, end)
 
     def _answer(
         self,
@@ -156,13 +253,15 @@ class SharedShardReads:
         complete = len(own) <= ask.limit
         if complete and end is not None:
             self._nothing_between(ask.unit, taken[-1].at if taken else start, end)
+        next_after = taken[-1].at if taken else ask.after
+        self._expected[ask.unit] = _Expected(ask.publication, ask.until, next_after, ask.limit)
         ask.answer.set_result(ShardRead(taken, end, batch.oldest_hidden, full and complete))
 
-    def _start_of(self, ask: _Ask) -> Position:
-        known = self._nothing_of.get(ask.unit)
-        if known is not None and known[0] <= ask.after < known[1]:
+    def _start_of(self, unit: ShardUnit, after: Position) -> Position:
+        known = self._nothing_of.get(unit)
+        if known is not None and known[0] <= after < known[1]:
             return known[1]
-        return ask.after
+        return after
 
     def _nothing_between(self, unit: ShardUnit, after: Position, end: Position) -> None:
         if end <= after:

@@ -1,6 +1,6 @@
 """The connections a process keeps for one subscription, whatever the number of shards it
 leads: four to the database (membership, and the shards' leases, checkpoints and parked rows,
-a shard's on the one its number picks) and one to read messages from (the database, or the
+a shard's on the least used one) and one to read messages from (the database, or the
 hot standby of --read-database-url), shared by its shards' terms (shared_connection.py), with
 the one read its shards share (shared_reads.py). Each opens when first asked for, so a process
 that leads one shard, or only stands by, holds one or two.
@@ -11,6 +11,7 @@ on one connection came so late that their leases lapsed (see docs/architecture.m
 """
 
 import asyncio
+from collections import Counter
 
 from outbox.database_url import mask_password
 from poller.daemon.process.shared_connection import SharedConnection
@@ -44,8 +45,9 @@ class SubscriptionConnections:
             SharedConnection(Reconnector(database_url, self.holder, subscription_id, stop=stop))
             for _ in range(WRITE_CONNECTIONS)
         ]
-        # The membership's (and a plain subscription's one shard's).
+        # The membership's.
         self.writes = self._writes[0]
+        self._writes_of: dict[ShardUnit, int] = {}
         # Sorts off, UTC: see prepare_reader_async.
         self.reads = SharedConnection(
             Reconnector(
@@ -62,8 +64,16 @@ class SubscriptionConnections:
         self.not_before: dict[ShardUnit, float] = {}
 
     def writes_of(self, unit: ShardUnit) -> SharedConnection:
-        """The connection a shard's lease, checkpoints and parked rows go on."""
-        return self._writes[unit.shard % len(self._writes)]
+        """The connection a shard's lease, checkpoints and parked rows go on while its worker
+        runs here: the least used one (by shard number, the shards a process is dealt, every
+        fourth, would all land on one), kept until `release_writes`."""
+        if unit not in self._writes_of:
+            taken = Counter(self._writes_of.values())
+            self._writes_of[unit] = min(range(len(self._writes)), key=lambda i: taken[i])
+        return self._writes[self._writes_of[unit]]
+
+    def release_writes(self, unit: ShardUnit) -> None:
+        self._writes_of.pop(unit, None)
 
     async def close(self) -> None:
         await self.shard_reads.close()

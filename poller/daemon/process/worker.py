@@ -74,6 +74,12 @@ class SubscriptionWorker:
         see LeadershipTerm)."""
         SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
         SHARD.set(str(self._lease.unit))
+        try:
+            await self._run(stop, shutdown)
+        finally:
+            self._connections.release_writes(self._lease.unit)
+
+    async def _run(self, stop: asyncio.Event, shutdown: asyncio.Event) -> None:
         shared = self._connections
         while not stop.is_set():
             LEADER_TOKEN.set(None)
@@ -115,7 +121,10 @@ class SubscriptionWorker:
                     shutdown,
                     self._metrics,
                 )
-                await session.run()
+                try:
+                    await session.run()
+                finally:
+                    shared.shard_reads.forget(self._lease.unit)
                 if not session.restart_requested:
                     return
             except Stopped:
