@@ -90,7 +90,7 @@ def test_a_long_transaction_holds_delivery_back_and_is_named(
         def stall_warning() -> re.Match[str] | None:
             assert not handled_positions(database_url) & later, "delivered past a running xid"
             return re.search(
-                r"WARNING poller\.daemon\.hidden_rows: subscription sub: committed messages"
+                r"WARNING poller\.daemon\.term\.hidden_rows: subscription sub: committed messages"
                 r" have waited .*held back by: (.*)",
                 daemon.log(),
             )
