@@ -98,7 +98,12 @@ class SharedShardReads:
         what the read raised (a lost connection: the term ends as for its own), and
         RetiredPositionError when retention retired messages after `after`."""
         ahead = self._ahead.pop(unit, None)
-        if ahead is not None and ahead.until == until and ahead.after <= after <= ahead.read_from:
+        if (
+            ahead is not None
+            and limit > 0
+            and ahead.until == until
+            and ahead.after <= after <= ahead.read_from
+        ):
             return self._from_ahead(publication, unit, ahead, limit)
         ask = _Ask(publication, unit, after, until, limit)
         self._asks.append(ask)
