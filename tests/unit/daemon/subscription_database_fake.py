@@ -11,7 +11,8 @@ leader elsewhere, a member that joins or leaves) and the operator (a deleted sub
 through the methods before the protocol's.
 
 Time is this process's monotonic clock throughout, the group's clock too: nothing here
-compares it with another's.
+compares it with another's. Each statement lets the event loop run, as a round trip to the
+server does: a worker that loops on its statements never starves the test.
 """
 
 import asyncio
@@ -105,9 +106,11 @@ class FakeSubscriptionDatabase:
     # SubscriptionDatabase -----------------------------------------------------------------
 
     async def membership(self, stop: asyncio.Event) -> "FakeMembership":  # noqa: ARG002
+        await round_trip()
         return FakeMembership(self)
 
     async def shard(self, lease: Lease, stop: asyncio.Event) -> "FakeShard":  # noqa: ARG002
+        await round_trip()
         return FakeShard(self, lease)
 
     def release_writes(self, unit: ShardUnit) -> None:
@@ -145,9 +148,11 @@ class FakeMembership:
         self.closed = False
 
     async def load_subscription(self, lease: Lease) -> SubscriptionRecord | None:
+        await round_trip()
         return self._database.record(lease.unit)
 
     async def renew_membership(self, ttl_seconds: float) -> GroupState | None:
+        await round_trip()
         database = self._database
         database.renewals += 1
         if database.deleted:
@@ -157,6 +162,7 @@ class FakeMembership:
         return GroupState(database.layout, members, now)
 
     async def leave_membership(self) -> None:
+        await round_trip()
         self._database.left = True
 
 
@@ -166,9 +172,11 @@ class FakeShard:
         self._lease = lease
 
     async def try_acquire(self) -> float | None:
+        await round_trip()
         return self._database.try_acquire(self._lease)
 
     async def load_subscription(self) -> SubscriptionRecord | None:
+        await round_trip()
         self._database.loaded.append(self._lease.unit)
         return self._database.record(self._lease.unit)
 
@@ -181,3 +189,7 @@ class FakeShard:
     @contextlib.asynccontextmanager
     async def term_store(self, layout: Layout) -> AsyncIterator[TermStore]:  # noqa: ARG002
         yield self._database.store(self._lease.unit)
+
+
+async def round_trip() -> None:
+    await asyncio.sleep(0)
