@@ -62,7 +62,8 @@ class SubscriptionCoordinator:
         metrics: SubscriptionMetrics,
         observers: Sequence[CallObserver] = (),
     ) -> None:
-        # Given the process's stop: what the subscription's connections give up on.
+        # The subscription's database in this process (PostgresSubscriptionDatabase; the unit
+        # tests' in-memory fake), opened in run with the stop its connections give up on.
         self._open_database = open_database
         self._subscription_id = subscription_id
         self._handler = handler

@@ -6,11 +6,8 @@ import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator
-from typing import Any
 
-import psycopg
-
-from poller.daemon.process.shared_connection import SharedConnection
+from poller.daemon.process.shared_connection import Connection, SharedConnection
 from poller.daemon.process.subscription_connections import SubscriptionConnections
 from poller.membership import Layout, ShardUnit
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
@@ -19,8 +16,6 @@ from poller.store.read_server_check import ensure_read_server_async
 from poller.store.records import Lease, SubscriptionRecord
 from poller.store.restore_check import ensure_not_restored_async
 from poller.store.term_store import TermStore
-
-Connection = psycopg.AsyncConnection[Any]
 
 
 class PostgresSubscriptionDatabase:
