@@ -36,10 +36,10 @@ async def test_a_coordinator_runs_the_shards_dealt_to_it_and_stops_those_dealt_e
     async with running_coordinator(database, nothing) as coordinator:
         await until(lambda: database.leaders() == every, "it leads every shard alone")
         database.others = [ELSEWHERE]
-        await until(lambda: database.leaders() == mine, "it leads its share")
         gone = every - mine
+        await until(lambda: set(database.writes_released) == gone, "the others' workers ended")
         assert all(database.store(unit).released for unit in gone)  # stopped gracefully
-        assert set(database.writes_released) == gone
+        assert database.leaders() == mine
         for unit in mine:
             await renewals(database.store(unit), 2)  # still leading
         await coordinator.stopped()
