@@ -12,6 +12,7 @@ terminationGracePeriodSeconds, systemd's TimeoutStopSec) should exceed.
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -23,6 +24,7 @@ from poller.daemon.delivery.handler_calls import CallObserver
 from poller.daemon.handlers import Handler, check_signature
 from poller.daemon.options import DaemonOptions
 from poller.daemon.process.coordinator import SubscriptionCoordinator
+from poller.daemon.process.postgres_database import PostgresSubscriptionDatabase
 from poller.daemon.process.retention import run_retention
 from poller.daemon.process.subscription_connections import CONNECTIONS_PER_SUBSCRIPTION
 from poller.daemon.reporting import tracing
@@ -84,7 +86,9 @@ async def run_daemon(
     # slow handlers neither starve another's threads nor hold back its next leadership term.
     coordinators = [
         SubscriptionCoordinator(
-            database_url,
+            functools.partial(
+                PostgresSubscriptionDatabase, database_url, options.read_database_url, name
+            ),
             name,
             handler,
             options,

@@ -12,11 +12,8 @@ that dies leaves when its membership runs out (the lease's time), and so do its 
 import asyncio
 import contextlib
 import logging
-import os
-import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 
@@ -25,7 +22,10 @@ from poller.daemon.delivery.handler_calls import CallObserver
 from poller.daemon.handlers import Handler
 from poller.daemon.log_context import SUBSCRIPTION
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.subscription_connections import SubscriptionConnections
+from poller.daemon.process.subscription_database import (
+    MembershipConnection,
+    SubscriptionDatabase,
+)
 from poller.daemon.process.worker import SubscriptionWorker
 from poller.daemon.reporting.failure_log import FailureLog
 from poller.daemon.reporting.metrics import SubscriptionMetrics
@@ -34,8 +34,7 @@ from poller.membership import Layout, ShardUnit, assign
 from poller.message import Message
 from poller.pollable import NotPollableError, check_pollable
 from poller.reconnect import failure_line
-from poller.store.leader_store import load_subscription
-from poller.store.membership_store import GroupState, leave_membership, renew_membership
+from poller.store.membership_store import GroupState
 from poller.store.records import Lease
 from poller.waits import Stopped, wait_event
 
@@ -55,7 +54,7 @@ class _Shard:
 class SubscriptionCoordinator:
     def __init__(
         self,
-        database_url: str,
+        open_database: Callable[[asyncio.Event], SubscriptionDatabase],
         subscription_id: str,
         handler: Handler,
         options: DaemonOptions,
@@ -63,7 +62,9 @@ class SubscriptionCoordinator:
         metrics: SubscriptionMetrics,
         observers: Sequence[CallObserver] = (),
     ) -> None:
-        self._url = database_url
+        # The subscription's database in this process (PostgresSubscriptionDatabase; the unit
+        # tests' in-memory fake), opened in run with the stop its connections give up on.
+        self._open_database = open_database
         self._subscription_id = subscription_id
         self._handler = handler
         self._options = options
@@ -71,7 +72,7 @@ class SubscriptionCoordinator:
         self._metrics = metrics
         # Made in run (it needs the stop): the process's connections for the subscription,
         # and its member id, which is also every lease's holder.
-        self._connections: SubscriptionConnections | None = None
+        self._database: SubscriptionDatabase | None = None
         self._holder = ""
         # One log budget for the subscription's handler failures, whichever shard they are of;
         # it and the other observers (metrics, spans) see every shard's calls.
@@ -89,21 +90,19 @@ class SubscriptionCoordinator:
 
     async def run(self, stop: asyncio.Event) -> None:
         SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
-        self._connections = SubscriptionConnections(
-            self._url, self._options.read_database_url, self._subscription_id, stop
-        )
-        self._holder = self._connections.holder
-        conn: psycopg.AsyncConnection[Any] | None = None
+        self._database = self._open_database(stop)
+        self._holder = self._database.holder
+        membership: MembershipConnection | None = None
         checked = False
         try:
             while not stop.is_set():
                 try:
-                    conn = await self._connections.writes.get(stop)
+                    membership = await self._database.membership(stop)
                     if not checked:
-                        if not await self._pollable(conn):
+                        if not await self._pollable(membership):
                             return
                         checked = True
-                    state = await self._renew(conn)
+                    state = await self._renew(membership)
                 except Stopped:
                     return  # told to stop while the database was unreachable
                 except psycopg.OperationalError as error:
@@ -128,15 +127,15 @@ class SubscriptionCoordinator:
             # one the moment its shard's graceful stop releases it. Cancelled (a database
             # that does not answer, see runner.py), the shards are stopped and cancelled too.
             try:
-                if conn is not None and not conn.closed:
+                if membership is not None and not membership.closed:
                     with contextlib.suppress(psycopg.Error):
-                        await leave_membership(conn, self._subscription_id, self._holder)
+                        await membership.leave_membership()
             finally:
                 try:
                     await self._stop_all()
                 finally:
-                    await self._connections.close()
-                    self._connections = None
+                    await self._database.close()
+                    self._database = None
                     self._threads.close()
 
     def running(self) -> list[Message]:
@@ -146,24 +145,17 @@ class SubscriptionCoordinator:
         callers += [caller for _, caller in self._closed_callers]
         return [message for caller in callers for message in caller.running()]
 
-    async def _pollable(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+    async def _pollable(self, membership: MembershipConnection) -> bool:
         lease = Lease(self._subscription_id, self._holder, self._options.lease_seconds)
         try:
-            check_pollable(self._subscription_id, await load_subscription(conn, lease))
+            check_pollable(self._subscription_id, await membership.load_subscription(lease))
         except NotPollableError as error:
             log.error("%s; its worker stops", error)
             return False
         return True
 
-    async def _renew(self, conn: psycopg.AsyncConnection[Any]) -> GroupState | None:
-        state = await renew_membership(
-            conn,
-            self._subscription_id,
-            self._holder,
-            socket.gethostname(),
-            os.getpid(),
-            self._options.lease_seconds,
-        )
+    async def _renew(self, membership: MembershipConnection) -> GroupState | None:
+        state = await membership.renew_membership(self._options.lease_seconds)
         self._metrics.database_answered()
         return state
 
@@ -181,7 +173,7 @@ class SubscriptionCoordinator:
         self._ended_under = state.layout
 
     def _start(self, unit: ShardUnit, stop: asyncio.Event) -> None:
-        assert self._connections is not None  # set for as long as run runs
+        assert self._database is not None  # set for as long as run runs
         if any(closed == unit for closed, _ in self._closed_callers):
             # A stopped worker of this shard left a call running (its term ended abruptly):
             # this process's leases share one holder, so a new worker would take the lease
@@ -191,7 +183,7 @@ class SubscriptionCoordinator:
         # own handlers to be quiet, never for another shard's, which never are under load.
         caller = HandlerCaller(self._handler, self._threads, self._observers)
         worker = SubscriptionWorker(
-            self._connections,
+            self._database,
             self._subscription_id,
             caller,
             self._options,

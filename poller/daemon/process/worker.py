@@ -13,7 +13,6 @@ import asyncio
 import logging
 import shlex
 import time
-from typing import Any
 
 import psycopg
 import psycopg.errors
@@ -23,7 +22,7 @@ from outbox.read_servers import ReadServerRefusedError
 from poller.daemon.delivery.handler_caller import HandlerCaller
 from poller.daemon.log_context import LEADER_TOKEN, SHARD, SUBSCRIPTION
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.subscription_connections import SubscriptionConnections
+from poller.daemon.process.subscription_database import ShardConnection, SubscriptionDatabase
 from poller.daemon.reporting.metrics import SubscriptionMetrics
 from poller.daemon.term.leadership_term import LeadershipLost, LeadershipTerm
 from poller.daemon.term.notify_listener import NotifyListener
@@ -31,10 +30,8 @@ from poller.daemon.term.self_fence import SelfFence
 from poller.membership import ONLY_SHARD, ShardUnit
 from poller.pollable import NotPollableError, check_pollable
 from poller.reconnect import Backoff, failure_line
-from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
-from poller.store.read_server_check import ensure_read_server_async
 from poller.store.records import Lease, SubscriptionRecord
-from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored_async
+from poller.store.restore_check import RestoredDatabaseError
 from poller.store.retired_positions import RetiredPositionError
 from poller.waits import Stopped, wait_event
 
@@ -44,7 +41,7 @@ log = logging.getLogger(__name__)
 class SubscriptionWorker:
     def __init__(
         self,
-        connections: SubscriptionConnections,
+        database: SubscriptionDatabase,
         subscription_id: str,
         caller: HandlerCaller,
         options: DaemonOptions,
@@ -52,7 +49,7 @@ class SubscriptionWorker:
         metrics: SubscriptionMetrics,
         unit: ShardUnit = ONLY_SHARD,
     ) -> None:
-        self._connections = connections
+        self._database = database
         self._metrics = metrics
         self._subscription_id = subscription_id
         self._caller = caller
@@ -60,7 +57,7 @@ class SubscriptionWorker:
         self._notifications = notifications
         # The process's member id holds the lease: it names the shared connections, so a
         # standby elsewhere sees at once when this process's session is gone.
-        self._lease = Lease(subscription_id, connections.holder, options.lease_seconds, unit)
+        self._lease = Lease(subscription_id, database.holder, options.lease_seconds, unit)
         # How the logs name it: a shard only where there are several.
         self._name = subscription_id if unit == ONLY_SHARD else f"{subscription_id} shard {unit}"
         # After an unexpected error: 2 s doubling to 30 s, reset by a term that ran 30 s.
@@ -77,54 +74,37 @@ class SubscriptionWorker:
         try:
             await self._run(stop, shutdown)
         finally:
-            self._connections.release_writes(self._lease.unit)
+            self._database.release_writes(self._lease.unit)
 
     async def _run(self, stop: asyncio.Event, shutdown: asyncio.Event) -> None:
-        shared = self._connections
         while not stop.is_set():
             LEADER_TOKEN.set(None)
             try:
-                # The subscription's connections in this process, shared with its other
-                # shards and its membership (see shared_connection.py).
-                writes = shared.writes_of(self._lease.unit)
-                conn = await writes.get(stop)
-                fence = await self._become_leader(conn, stop)
+                shard = await self._database.shard(self._lease, stop)
+                fence = await self._become_leader(shard, stop)
                 if fence is None:
                     return
                 LEADER_TOKEN.set(self._lease.token)
-                record = await self._load(conn)
+                record = await self._load(shard)
                 if not record.layout.has(self._lease.unit):
                     # The shard count changed since the coordinator looked: not ours.
-                    await LeaderStore(conn, conn, self._lease, record.layout).release()
+                    await shard.release()
                     return
-                read_conn = await shared.reads.get(stop)
-                if shared.reads_elsewhere:
-                    await ensure_read_server_async(conn, read_conn, shared.read_url_shown)
-                self._failure_pause.succeeded(time.monotonic())
-                self._lost_pause.succeeded(time.monotonic())
-                store = LeaderStore(
-                    conn,
-                    read_conn,
-                    self._lease,
-                    record.layout,
-                    shard_reader=shared.shard_reads,
-                    open_alone=writes.open_alone,
-                )
-                session = LeadershipTerm(
-                    store,
-                    fence,
-                    record,
-                    self._caller,
-                    self._options,
-                    self._notifications,
-                    stop,
-                    shutdown,
-                    self._metrics,
-                )
-                try:
+                async with shard.term_store(record.layout) as store:
+                    self._failure_pause.succeeded(time.monotonic())
+                    self._lost_pause.succeeded(time.monotonic())
+                    session = LeadershipTerm(
+                        store,
+                        fence,
+                        record,
+                        self._caller,
+                        self._options,
+                        self._notifications,
+                        stop,
+                        shutdown,
+                        self._metrics,
+                    )
                     await session.run()
-                finally:
-                    shared.shard_reads.forget(self._lease.unit)
                 if not session.restart_requested:
                     return
             except Stopped:
@@ -195,13 +175,11 @@ class SubscriptionWorker:
                 ", ".join(map(repr, self._caller.running())),
             )
 
-    async def _become_leader(
-        self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event
-    ) -> SelfFence | None:
+    async def _become_leader(self, shard: ShardConnection, stop: asyncio.Event) -> SelfFence | None:
         announced = False
         while not stop.is_set():
             sent_at = time.monotonic()
-            previous_lease_left = await try_acquire(conn, self._lease)
+            previous_lease_left = await shard.try_acquire()
             self._metrics.database_answered()
             if previous_lease_left is not None:
                 if previous_lease_left:
@@ -216,9 +194,9 @@ class SubscriptionWorker:
                     sent_at=sent_at,
                     received_at=time.monotonic(),
                     previous_lease_left=previous_lease_left,
-                    earlier_not_before=self._connections.not_before.get(self._lease.unit, 0.0),
+                    earlier_not_before=self._database.not_before.get(self._lease.unit, 0.0),
                 )
-                self._connections.not_before[self._lease.unit] = fence.not_before
+                self._database.not_before[self._lease.unit] = fence.not_before
                 return fence
             if not announced:
                 log.info("%s has a leader; standing by", self._name)
@@ -226,9 +204,8 @@ class SubscriptionWorker:
             await wait_event(stop, self._options.standby_poll)
         return None
 
-    async def _load(self, conn: psycopg.AsyncConnection[Any]) -> SubscriptionRecord:
-        name = self._subscription_id
-        record = check_pollable(name, await load_subscription(conn, self._lease))
+    async def _load(self, shard: ShardConnection) -> SubscriptionRecord:
+        record = check_pollable(self._subscription_id, await shard.load_subscription())
         # Checked at each term, not only at start: a failover may land on a restored copy.
-        await ensure_not_restored_async(conn, name)
+        await shard.ensure_not_restored()
         return record

@@ -11,7 +11,9 @@ settings, replay and skip requests, a takeover of the lease, a slow commit) thro
 methods before the store's own.
 
 What only PostgreSQL can show (snapshots, locks between concurrent statements, shard
-layouts, hot standbys) stays with the database tests: this fake serves a plain layout only.
+layouts, hot standbys) stays with the database tests: a sharded layout here only names the
+term's shard (the worker's and the coordinator's tests give each shard a store of its own),
+its reads are a plain subscription's.
 """
 
 import asyncio
@@ -19,9 +21,11 @@ import datetime
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import psycopg
+
 from outbox.positions import START, Position
 from outbox.read_servers import ServerState
-from poller.membership import PLAIN_LAYOUT
+from poller.membership import PLAIN_LAYOUT, Layout
 from poller.message import Message
 from poller.store.records import (
     Lease,
@@ -76,7 +80,9 @@ class ParkedRow:
 
 
 class FakeTermStore:
-    def __init__(self, settings: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, settings: dict[str, Any] | None = None, layout: Layout = PLAIN_LAYOUT
+    ) -> None:
         self.journal: list[Event] = []
         # The store's side of the protocol.
         self.lease = Lease(SUBSCRIPTION, "holder-under-test", ttl_seconds=4.0, token=1)
@@ -93,6 +99,7 @@ class FakeTermStore:
         self.settings: dict[str, Any] = dict(settings or {})
         self.replay_request_count = 0
         self.skip_request: SkipRequest | None = None
+        self.layout = layout
         # The lease's row: its token (another process's after a takeover; None once released)
         # and the runtime figures written with it.
         self.lease_token: int | None = self.lease.token
@@ -104,6 +111,8 @@ class FakeTermStore:
         self._writes_flow = asyncio.Event()
         self._writes_flow.set()
         self.writes_waiting = 0
+        # Set by cut_connection: the next renewal finds the connection gone.
+        self._connection_cut = False
         self._clock = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
     # The publication ----------------------------------------------------------------------
@@ -162,7 +171,7 @@ class FakeTermStore:
             self.epoch,
             dict(self.settings),
             self.replay_request_count,
-            PLAIN_LAYOUT,
+            self.layout,
         )
 
     def seek(self, to: Position) -> None:
@@ -193,6 +202,10 @@ class FakeTermStore:
         """Another process takes the lease (acquire_leadership raises the token)."""
         assert self.lease_token is not None
         self.lease_token += 1
+
+    def cut_connection(self) -> None:
+        """The term's connection is lost: its next renewal raises, as psycopg does."""
+        self._connection_cut = True
 
     def hold_writes(self) -> None:
         """Parks, unparks and checkpoints wait (as behind a slow commit) until let through."""
@@ -257,6 +270,9 @@ class FakeTermStore:
 
     async def renew(self) -> LeaseState | None:
         """renew_leadership: the subscription as stored, or None once the lease is not ours."""
+        if self._connection_cut:
+            self._connection_cut = False
+            raise psycopg.OperationalError("the connection is lost")
         leads = self._leads("renew")
         if not leads:
             return None
@@ -266,7 +282,7 @@ class FakeTermStore:
             dict(self.settings),
             self.replay_request_count,
             self.skip_request,
-            PLAIN_LAYOUT,
+            self.layout,
         )
 
     async def release(self) -> None:

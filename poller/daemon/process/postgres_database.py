@@ -1,0 +1,129 @@
+"""The SubscriptionDatabase (subscription_database.py) of a daemon process: each question a
+statement on the process's connections for the subscription (subscription_connections.py)."""
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator
+
+from poller.daemon.process.shared_connection import Connection, SharedConnection
+from poller.daemon.process.subscription_connections import SubscriptionConnections
+from poller.membership import Layout, ShardUnit
+from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
+from poller.store.membership_store import GroupState, leave_membership, renew_membership
+from poller.store.read_server_check import ensure_read_server_async
+from poller.store.records import Lease, SubscriptionRecord
+from poller.store.restore_check import ensure_not_restored_async
+from poller.store.term_store import TermStore
+
+
+class PostgresSubscriptionDatabase:
+    def __init__(
+        self,
+        database_url: str,
+        read_database_url: str | None,
+        subscription_id: str,
+        stop: asyncio.Event,
+    ) -> None:
+        self._subscription_id = subscription_id
+        self._connections = SubscriptionConnections(
+            database_url, read_database_url, subscription_id, stop
+        )
+
+    @property
+    def holder(self) -> str:
+        return self._connections.holder
+
+    @property
+    def not_before(self) -> dict[ShardUnit, float]:
+        return self._connections.not_before
+
+    async def membership(self, stop: asyncio.Event) -> "PostgresMembership":
+        conn = await self._connections.writes.get(stop)
+        return PostgresMembership(conn, self._subscription_id, self.holder)
+
+    async def shard(self, lease: Lease, stop: asyncio.Event) -> "PostgresShard":
+        # Shared with the subscription's other shards and its membership in this process
+        # (see shared_connection.py).
+        writes = self._connections.writes_of(lease.unit)
+        return PostgresShard(self._connections, writes, await writes.get(stop), lease, stop)
+
+    def release_writes(self, unit: ShardUnit) -> None:
+        self._connections.release_writes(unit)
+
+    async def close(self) -> None:
+        await self._connections.close()
+
+
+class PostgresMembership:
+    def __init__(self, conn: Connection, subscription_id: str, holder: str) -> None:
+        self._conn = conn
+        self._subscription_id = subscription_id
+        self._holder = holder
+
+    @property
+    def closed(self) -> bool:
+        return self._conn.closed
+
+    async def load_subscription(self, lease: Lease) -> SubscriptionRecord | None:
+        return await load_subscription(self._conn, lease)
+
+    async def renew_membership(self, ttl_seconds: float) -> GroupState | None:
+        return await renew_membership(
+            self._conn,
+            self._subscription_id,
+            self._holder,
+            socket.gethostname(),
+            os.getpid(),
+            ttl_seconds,
+        )
+
+    async def leave_membership(self) -> None:
+        await leave_membership(self._conn, self._subscription_id, self._holder)
+
+
+class PostgresShard:
+    def __init__(
+        self,
+        connections: SubscriptionConnections,
+        writes: SharedConnection,
+        conn: Connection,
+        lease: Lease,
+        stop: asyncio.Event,
+    ) -> None:
+        self._connections = connections
+        self._writes = writes
+        self._conn = conn
+        self._lease = lease
+        self._stop = stop
+
+    async def try_acquire(self) -> float | None:
+        return await try_acquire(self._conn, self._lease)
+
+    async def load_subscription(self) -> SubscriptionRecord | None:
+        return await load_subscription(self._conn, self._lease)
+
+    async def ensure_not_restored(self) -> None:
+        await ensure_not_restored_async(self._conn, self._lease.subscription_id)
+
+    async def release(self) -> None:
+        await LeaderStore(self._conn, self._conn, self._lease).release()
+
+    @contextlib.asynccontextmanager
+    async def term_store(self, layout: Layout) -> AsyncIterator[TermStore]:
+        shared = self._connections
+        read_conn = await shared.reads.get(self._stop)
+        if shared.reads_elsewhere:
+            await ensure_read_server_async(self._conn, read_conn, shared.read_url_shown)
+        try:
+            yield LeaderStore(
+                self._conn,
+                read_conn,
+                self._lease,
+                layout,
+                shard_reader=shared.shard_reads,
+                open_alone=self._writes.open_alone,
+            )
+        finally:
+            shared.shard_reads.forget(self._lease.unit)
