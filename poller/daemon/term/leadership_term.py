@@ -226,7 +226,7 @@ class LeadershipTerm:
             more = self._store.more_to_read
             hidden = short and not more and await self._hidden.watch(after, batch)
             delay = self._interval.next_delay(
-                found_messages=bool(batch) or more, hidden_messages=hidden
+                found_messages=bool(batch) or more, hidden_messages=hidden, now=time.monotonic()
             )
             if delay:
                 await self._notifications.wait(publication, delay)
