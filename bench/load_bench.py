@@ -364,8 +364,8 @@ def fixed_rate_rounds(
 ) -> dict[str, list[fixed_rate.Round]]:
     """The fixed-rate setting (bench/fixed_rate.py): rounds of every consumer in turn."""
     seconds = fixed_rate.QUICK_SECONDS if quick else fixed_rate.FULL_SECONDS
-    # Untimed: on a fresh database the first consumer's run had p99 of 10-12 ms from the
-    # frontier alone (new tables, cold caches), which no later round showed.
+    # Untimed: on a fresh database the first consumer's run had p99 of 10-12 ms, half of it
+    # behind the frontier (new tables, cold caches), which no later round showed.
     consume_under_load(url, writers, bare_loop, "fixed-warm-up", fixed_rate.RATE, timing, seconds)
     rounds: dict[str, list[fixed_rate.Round]] = {variant: [] for variant in CONSUMERS}
     for number in range(fixed_rate.ROUNDS):

@@ -9,8 +9,8 @@ without writing to the outbox, and so without any signal.
 
 Doubling alone backs off too fast while messages flow: at 1,000 tx/s from 16 writers, three
 empty reads in a row (a gap of a few ms between commits, or a writer's transaction holding
-the frontier) put the next read 4-5 ms away, and that wait was most of the daemon's p99
-(bench/fixed_rate.py). So the wait is also capped at a share of the time since a read last
+the frontier) put the next read 4-5 ms away (bench/fixed_rate.py splits where a message
+waits). So the wait is also capped at a share of the time since a read last
 found messages: a message that follows a quiet spell waits at most about a quarter of that
 spell (and at least `minimum`) for the read that finds it. Once quiet for four times the
 doubled wait, the cap no longer binds, so an idle daemon polls exactly as before (at
