@@ -7,6 +7,10 @@ a bare loop running the `read_batch` query every 1 ms (the floor for polling, th
 and the daemon with a plain `def` handler and with an `async def` one. Every writer records
 when each of its commits returned; every consumer records when it had each message.
 
+At a fixed rate besides (bench/fixed_rate.py): 16 writers paced at 1,000 tx/s in total, three
+interleaved rounds of the three consumers, and each message's wait split into its parts (until
+the safe frontier passes it, until a read returns it, until its handler runs).
+
 Lag is not sampled live (the commits happen in other processes): it is counted afterwards
 from those times, once a sample interval, as messages committed minus messages handled by
 then, and a least-squares line through the samples says whether it grew.
@@ -36,6 +40,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 import outbox
+from bench import fixed_rate
 from bench.common import Measurement, percentiles
 from outbox.positions import START
 from poller import administration
@@ -332,6 +337,7 @@ def consume_under_load(
 def run(database_url: str, quick: bool) -> list[Measurement]:
     timing = QUICK if quick else FULL
     with writer_processes(database_url) as writers:
+        at_fixed_rate = fixed_rate_rounds(database_url, writers, timing, quick)
         solo = solo_rate(writers, timing.solo_seconds)
         runs = {
             (percent, variant): consume_under_load(
@@ -350,7 +356,36 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
     for percent in timing.seconds_by_percent:
         measurements += latency_rows(percent, solo, runs)
         measurements += lag_rows(percent, runs, timing.sample_every)
-    return measurements
+    return measurements + fixed_rate.rows(at_fixed_rate, BARE_LOOP)
+
+
+def fixed_rate_rounds(
+    url: str, writers: list[Pipe], timing: Timing, quick: bool
+) -> dict[str, list[fixed_rate.Round]]:
+    """The fixed-rate setting (bench/fixed_rate.py): rounds of every consumer in turn."""
+    seconds = fixed_rate.QUICK_SECONDS if quick else fixed_rate.FULL_SECONDS
+    # Untimed: on a fresh database the first consumer's run had p99 of 10-12 ms, half of it
+    # behind the frontier (new tables, cold caches), which no later round showed.
+    consume_under_load(url, writers, bare_loop, "fixed-warm-up", fixed_rate.RATE, timing, seconds)
+    rounds: dict[str, list[fixed_rate.Round]] = {variant: [] for variant in CONSUMERS}
+    for number in range(fixed_rate.ROUNDS):
+        for variant, (tag, consumer) in CONSUMERS.items():
+            publication = f"fixed-{number}-{tag}"
+            read_at: dict[str, float] = {}
+            with fixed_rate.reads_timed(read_at):
+                load = consume_under_load(
+                    url, writers, consumer, publication, fixed_rate.RATE, timing, seconds
+                )
+            if variant == BARE_LOOP:
+                read_at = load.handled_at  # it handles a row where it reads it
+            ids = fixed_rate.transaction_ids(url, publication)
+            parts = fixed_rate.breakdowns(load.committed, ids, read_at, load.handled_at)
+            rounds[variant].append(
+                fixed_rate.Round(
+                    load.latencies, parts, len(load.committed), load.seconds, load.unhandled
+                )
+            )
+    return rounds
 
 
 AIMS = {(50, SYNC_DAEMON, "p50"): "aim p50 <= 3 ms", (50, SYNC_DAEMON, "p99"): "aim p99 <= 15 ms"}

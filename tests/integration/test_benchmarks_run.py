@@ -101,6 +101,11 @@ def test_load_benchmark_reports_latency_and_lag_under_paced_writers(database_ser
         "lag growth at 90% of R",
         "aim p50 <= 3 ms",
         "aim: flat",
+        "p99 at 1,000 tx/s, 3 rounds",
+        "(a) commit to frontier at 1,000 tx/s",
+        "(b) frontier to read at 1,000 tx/s",
+        "(c) read to handler at 1,000 tx/s",
+        "slowest 1%",
         *load_bench.CONSUMERS,
     ):
         assert text in output

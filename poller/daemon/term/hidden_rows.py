@@ -1,4 +1,4 @@
-"""After a short read: are committed rows waiting behind the safe frontier, and who holds them
+"""After an empty read: are committed rows waiting behind the safe frontier, and who holds them
 back? The term re-checks soon while rows are hidden (see poll_interval.py), and names the
 blockers once they have waited past the stall threshold (see stall.py)."""
 
@@ -11,7 +11,6 @@ from outbox.positions import Position
 from poller.daemon.options import DaemonOptions
 from poller.daemon.term.replica_watch import ReplicaWatch
 from poller.daemon.term.stall import StallWatch
-from poller.message import Message
 from poller.store.records import Blocker
 from poller.store.term_store import TermStore
 
@@ -31,13 +30,12 @@ class HiddenRows:
             None if read_url is None else ReplicaWatch(store, subscription_id, read_url, options)
         )
 
-    async def watch(self, after: Position, batch: list[Message]) -> bool:
-        """Are committed rows waiting behind the safe frontier (or a hot standby's replay)?
-        Warn if they wait too long."""
-        last = batch[-1].at if batch else after
+    async def watch(self, after: Position) -> bool:
+        """After an empty read from `after`: are committed rows waiting behind the safe
+        frontier (or a hot standby's replay)? Warn if they wait too long."""
         if self._replica is not None:
-            await self._replica.watch(last)
-        oldest_hidden = await self._store.oldest_hidden_transaction(self._publication, last)
+            await self._replica.watch(after)
+        oldest_hidden = await self._store.oldest_hidden_transaction(self._publication, after)
         now = time.monotonic()
         if self._stall.observe(now, hidden=oldest_hidden is not None) and oldest_hidden:
             await self._warn_stalled(oldest_hidden, self._stall.waited(now))

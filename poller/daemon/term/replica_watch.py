@@ -1,4 +1,4 @@
-"""A term's reads from a hot standby, watched after each short read (at most once a
+"""A term's reads from a hot standby, watched after each empty read (at most once a
 `renew_every`). A standby that has not replayed up to where the reads continue (a lagging
 replica, or a failover to one behind the stored checkpoint) finds nothing there: the read is
 empty, the term waits, and nothing moves past rows the standby has not seen. This says so,
@@ -31,7 +31,7 @@ class ReplicaWatch:
         self._warned = False
 
     async def watch(self, reading_after: Position) -> None:
-        """After a short read that continues after `reading_after`."""
+        """After an empty read from `reading_after`."""
         now = time.monotonic()
         if now < self._next_look:
             return

@@ -234,6 +234,7 @@ class FakeTermStore:
         ][:limit]
 
     async def oldest_hidden_transaction(self, publication: str, after: Position) -> int | None:
+        self.calls.append(("oldest_hidden_transaction", True))
         frontier = self.frontier
         hidden = [
             m.transaction_id

@@ -158,5 +158,16 @@ async def test_rows_behind_a_running_transaction_wait_for_its_commit() -> None:
     assert handled(store.journal) == [late[0].at, later[0].at]
 
 
+async def test_only_an_empty_read_asks_whether_rows_are_hidden() -> None:
+    store = FakeTermStore(EVERY_MESSAGE)
+    store.append("a", "b")
+    async with running_term(store, recording(store.journal)) as term:
+        await until(lambda: len(handled(store.journal)) == 2, "both are handled")
+        await term.stopped()
+    reads = [name for name, _ in store.calls if name in ("read_batch", "oldest_hidden_transaction")]
+    # The first read finds both; the second finds nothing, and only then is the question asked.
+    assert reads[:3] == ["read_batch", "read_batch", "oldest_hidden_transaction"]
+
+
 def epoch_checkpoints(journal: list[Event], epoch: int) -> list[Checkpointed]:
     return [e for e in journal if isinstance(e, Checkpointed) and e.epoch == epoch]
