@@ -229,7 +229,7 @@ class LeadershipTerm:
             # trip per read while messages flow (bench/fixed_rate.py).
             hidden = not batch and not more and await self._hidden.watch(after)
             delay = self._interval.next_delay(
-                found_messages=bool(batch) or more, hidden_messages=hidden, now=time.monotonic()
+                found_messages=bool(batch) or more, hidden_messages=hidden
             )
             if delay:
                 await self._notifications.wait(publication, delay)
