@@ -71,7 +71,9 @@ def own_key(conn: Conn, n: int) -> None:
 def hot_keys(conn: Conn, n: int) -> None:
     data = _business(conn, n)
     account = random.randrange(ACCOUNTS)
-    conn.execute("UPDATE commit_order_accounts SET sequence = sequence + 1 WHERE id = %s", (account,))
+    conn.execute(
+        "UPDATE commit_order_accounts SET sequence = sequence + 1 WHERE id = %s", (account,)
+    )
     outbox.append(conn, PUBLICATION, "Posted", data, partition_key=f"account-{account}")
 
 
