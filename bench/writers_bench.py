@@ -217,20 +217,22 @@ def _drive(conn: Conn, step: Step, start: float, end: float) -> tuple[int, float
 
 
 def _writer(url: str, commands: Pipe) -> None:
-    """A writer process: one connection, kept from round to round, running what it is sent."""
+    """A writer process: one connection, kept from round to round, running the step it is
+    sent (a module-level function, which pickles as its name)."""
     with psycopg.connect(url) as conn:
         while command := commands.recv():
-            variant, start, end = command
-            commands.send(_drive(conn, VARIANTS[variant], start, end))
+            step, start, end = command
+            commands.send(_drive(conn, step, start, end))
 
 
 @contextlib.contextmanager
-def writer_processes(url: str, count: int) -> Iterator[list[Pipe]]:
+def writer_processes(url: str, count: int, steps_module: str = __name__) -> Iterator[list[Pipe]]:
+    """`count` writer processes; `steps_module` holds the steps they will be sent."""
     context = multiprocessing.get_context("forkserver")
     assert isinstance(context, ForkServerContext)
     # Imported once in the fork server, so 16 writers start by fork, not 16 interpreters
     # importing psycopg, pydantic and SQLAlchemy on 2 cores.
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload([__name__, steps_module])
     pipes = [context.Pipe() for _ in range(count)]
     processes = [context.Process(target=_writer, args=(url, child)) for _, child in pipes]
     for process in processes:
@@ -251,11 +253,11 @@ def writer_processes(url: str, count: int) -> Iterator[list[Pipe]]:
                 process.kill()
 
 
-def measure(writers: list[Pipe], variant: str, warm_up: float, seconds: float, cell: Cell) -> None:
+def measure(writers: list[Pipe], step: Step, warm_up: float, seconds: float, cell: Cell) -> None:
     # CLOCK_MONOTONIC is system-wide, so one deadline means the same instant in every process.
     start = time.monotonic() + warm_up
     for pipe in writers:
-        pipe.send((variant, start, start + seconds))
+        pipe.send((step, start, start + seconds))
     transactions, span = 0, 0.0
     for pipe in writers:
         committed, cpu, wall = pipe.recv()
@@ -283,7 +285,8 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
                 for round_ in range(rounds):
                     for variant in reversed(VARIANTS) if round_ % 2 else VARIANTS:
                         admin.execute(RESET)
-                        measure(pipes[:count], variant, warm_up, seconds, cells[count, variant])
+                        cell = cells[count, variant]
+                        measure(pipes[:count], VARIANTS[variant], warm_up, seconds, cell)
     return [m for count in WRITER_COUNTS for m in _group(count, cells)]
 
 

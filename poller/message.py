@@ -19,6 +19,10 @@ class Message:
     message and nothing more; delivery is never delayed by it, and delivery order is
     (transaction_id, position), not this time. It is an aware datetime; the daemon and
     catch-up reads give it in UTC.
+
+    `transaction_id` is the transaction the message is ordered after: its writer's own, or a
+    newer one that had committed before the message was appended (so it comes after every
+    message its writer could see). Two transactions' messages may share one.
     """
 
     __slots__ = (

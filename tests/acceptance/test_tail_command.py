@@ -12,6 +12,7 @@ import pytest
 import outbox
 from tests.support.cli import outbox_command, outbox_environment
 from tests.support.databases import PROJECT_ROOT, DatabaseFactory
+from tests.support.locked_writers import append_through_a_row_lock
 from tests.support.safe_frontier import wait_until_all_rows_are_backlog
 
 LINE_TIMEOUT = 30
@@ -157,3 +158,19 @@ def test_a_database_without_the_schema_is_one_line_and_exit_1(
     assert done.returncode == 1, done.stdout + done.stderr
     assert "outbox migrate" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_plain_prints_a_keys_messages_in_commit_order(database_url: str) -> None:
+    """The two writers of tests/support/locked_writers.py: the later commit holds the older
+    transaction id, and the tail still prints it second."""
+    pair = append_through_a_row_lock(database_url)
+    wait_until_all_rows_are_backlog(database_url)
+    tail = start_plain_tail(database_url, "--publication", "orders", "--from", "start")
+    try:
+        lines = LineReader(tail)
+        printed = [lines.next(), lines.next()]
+    finally:
+        tail.kill()
+        tail.wait(timeout=30)
+    assert [line.split("\t")[1] for line in printed] == ["First", "Second"]
+    assert printed[0].startswith(f"{pair.first.transaction_id}:{pair.first.position}\t")

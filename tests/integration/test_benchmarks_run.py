@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bench import load_bench, retention_bench, writers_bench
+from bench import commit_order_bench, load_bench, retention_bench, writers_bench
 from tests.support.databases import PROJECT_ROOT
 
 
@@ -32,22 +32,38 @@ def run_bench(server: str, *modules: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def retention_then_writers(database_server: str) -> tuple[str, str]:
-    """One run of the retention and writers benches, in that order, as `make bench` runs them
-    (retention leaves partitions for later positions only, and the writers bench restarts
-    positions at 1): each bench's part of the output. The two tests below read one part each;
-    a second run of the retention bench on its own cost ~9 s and showed nothing more."""
-    output = run_bench(database_server, "retention", "writers")
+def retention_then_writers(database_server: str) -> tuple[str, str, str]:
+    """One run of the retention, writers and commit order benches, in that order, as `make
+    bench` runs the first two (retention leaves partitions for later positions only, and the
+    writers bench restarts positions at 1): each bench's part of the output. The tests below
+    read one part each; a second run of the retention bench on its own cost ~9 s and showed
+    nothing more."""
+    output = run_bench(database_server, "retention", "writers", "commit_order")
     retention_starts = output.index(retention_bench.TITLE)
     writers_starts = output.index(writers_bench.TITLE)
-    assert retention_starts < writers_starts, output
-    return output[retention_starts:writers_starts], output[writers_starts:]
+    commit_order_starts = output.index(commit_order_bench.TITLE)
+    assert retention_starts < writers_starts < commit_order_starts, output
+    return (
+        output[retention_starts:writers_starts],
+        output[writers_starts:commit_order_starts],
+        output[commit_order_starts:],
+    )
+
+
+def test_commit_order_benchmark_compares_both_defaults_in_every_workload(
+    retention_then_writers: tuple[str, str, str],
+) -> None:
+    _, _, output = retention_then_writers
+    for name, _, _ in commit_order_bench.WORKLOADS:
+        assert name in output
+    assert output.count(commit_order_bench.AFTER) == len(commit_order_bench.WORKLOADS)
+    assert re.search(r"\d\.\d\dx", output)
 
 
 def test_writers_benchmark_reports_every_variant_with_ratios(
-    retention_then_writers: tuple[str, str],
+    retention_then_writers: tuple[str, str, str],
 ) -> None:
-    _, output = retention_then_writers
+    _, output, _ = retention_then_writers
     header = next(line for line in output.splitlines() if "variant" in line)
     assert "ratio" in header
     for group in ("writers=1", "writers=4", "writers=16"):
@@ -78,9 +94,9 @@ def test_poller_and_consumer_group_benchmarks_report_ratios(database_server: str
 
 
 def test_retention_benchmark_compares_partitions_with_delete(
-    retention_then_writers: tuple[str, str],
+    retention_then_writers: tuple[str, str, str],
 ) -> None:
-    output, _ = retention_then_writers
+    output, _, _ = retention_then_writers
     for text in (
         "retire partitions",
         "DELETE rows",
