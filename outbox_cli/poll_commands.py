@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -165,15 +166,26 @@ def serve(
     them until SIGTERM or SIGINT."""
     given = {name: value for name, value in option_values.items() if value is not None}
     options = DaemonOptions.with_lease(**given, read_database_url=read_database_url)
-    with connect_when_up(context) as conn:
-        for name in names:
-            operations.check_pollable(name, operations.get(conn, name))
-            operations.ensure_not_restored(conn, name)
-        if read_database_url is not None:
-            _check_read_server(context, conn, read_database_url)
+
+    def check(stop: threading.Event) -> None:
+        # While the database is down this waits, with the probes served: a liveness probe
+        # sees a live daemon that is not ready, not one to restart.
+        with connect_when_up(context, stop=stop) as conn:
+            for name in names:
+                operations.check_pollable(name, operations.get(conn, name))
+                operations.ensure_not_restored(conn, name)
+            if read_database_url is not None:
+                _check_read_server(context, conn, read_database_url, stop)
+
     garbage_collection.set_for_daemon()
     run = run_daemon(
-        context.database_url, names, handler, options, collectors=collectors, closers=closers
+        context.database_url,
+        names,
+        handler,
+        options,
+        collectors=collectors,
+        closers=closers,
+        startup_checks=check,
     )
     unfinished = asyncio.run(run)
     if unfinished:
@@ -181,12 +193,12 @@ def serve(
 
 
 def _check_read_server(
-    context: CommandContext, conn: psycopg.Connection[Any], read_url: str
+    context: CommandContext, conn: psycopg.Connection[Any], read_url: str, stop: threading.Event
 ) -> None:
     """Refuses (exit 2) a read server that is no standby of the database, before any read;
     says how far behind it is. A standby still starting is waited for, as the database is."""
     masked = mask_password(read_url)
-    with connect_when_up(context, read_url) as read_conn:
+    with connect_when_up(context, read_url, stop) as read_conn:
         read = server_state(read_conn)
         primary = server_state(conn)
     check_read_server(read, primary, masked)

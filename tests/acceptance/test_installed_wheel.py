@@ -1,7 +1,7 @@
 """The wheel as an application and the image install it: built with `uv build` from the files
 the Dockerfile copies into its build stage (so a folder it leaves out is missing here too),
-installed into fresh virtualenvs with only what it declares (at uv.lock's versions, from PyPI through
-uv's cache), then run from outside the checkout so nothing of the source tree is imported.
+installed into fresh virtualenvs with only what it declares (at uv.lock's versions, from PyPI
+through uv's cache), then run from outside the checkout so nothing of the source tree is imported.
 
 Two installs, one virtualenv each per session: the base install (`pip install outbox-poller`),
 what an application that only appends gets; and the extras the image installs (the
