@@ -38,6 +38,7 @@ from poller.daemon.handlers import (
     Handler,
     HandlerNotFoundError,
     HandlerSignatureError,
+    PackageShadowedError,
     load_handler,
 )
 from poller.daemon.options import DaemonOptions, command_line_fields, retention_fields
@@ -233,7 +234,7 @@ def _handler(spec: str) -> Handler:
         sys.path.insert(0, os.getcwd())
     try:
         return load_handler(spec)
-    except (HandlerNotFoundError, HandlerSignatureError):
+    except (HandlerNotFoundError, HandlerSignatureError, PackageShadowedError):
         raise
     except Exception as error:  # the module's own code failed while importing
         raise CommandUsageError(
