@@ -31,7 +31,7 @@ from outbox_cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_forma
 from outbox_cli.poll_config import read_poll_config
 from outbox_cli.printing import cell, console
 from outbox_cli.retention_printing import print_oldest_holder
-from outbox_cli.status_printing import print_read_replica, print_status
+from outbox_cli.status_printing import print_blocking_queries, print_read_replica, print_status
 from poller import operations
 from poller.daemon import garbage_collection
 from poller.daemon.handlers import (
@@ -249,12 +249,18 @@ def _handler(spec: str) -> Handler:
     "The read replica (hot standby) the daemons read messages from: how far behind the"
     " database it is, and which subscriptions wait for its replay."
 )
+@click.option(
+    "--show-query",
+    is_flag=True,
+    help="Also print the start of each blocking session's SQL (password literals redacted).",
+)
 @json_option
 @click.pass_obj
 def status(
     context: CommandContext,
     /,
     as_json: bool,
+    show_query: bool,
     read_database_url: str | None,
     retention_stale_after: float | None,
 ) -> None:
@@ -272,7 +278,7 @@ def status(
         ).retention_stale_after
     read_url = given_read_database_url(context, read_database_url)
     with context.connect() as conn:
-        rows = operations.status(conn)
+        rows = operations.status(conn, show_query=show_query)
         holders = operations.retention_holders(conn)
         replica = None
         if read_url is not None:
@@ -281,6 +287,8 @@ def status(
         print_json([status_document(row, replica) for row in rows])
         return
     print_status(rows)
+    if show_query:
+        print_blocking_queries(rows)
     if replica is not None:
         print_read_replica(replica, rows)
     for row in rows:
