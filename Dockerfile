@@ -1,15 +1,16 @@
 # syntax=docker/dockerfile:1
-# The `outbox` command (daemon, relays, operator's commands), installed from the project's wheel
-# as an application would install it: `pip install 'outbox-poller[cli,relays]'`, at the
-# versions of uv.lock. tests/acceptance/test_installed_wheel.py installs the same wheel with the
-# same extras (read from OUTBOX_EXTRAS below) into a fresh virtualenv and runs the commands the
-# compose file runs; tests/unit/test_deployment_commands.py checks those commands against the
-# CLI.
+# The `outbox` command (daemon, relays, operator's commands, the console), installed from the
+# project's wheel as an application would install it: `pip install
+# 'outbox-poller[cli,relays,console]'`, at the versions of uv.lock.
+# tests/acceptance/test_installed_wheel.py builds the wheel from the files the COPY lines below
+# copy (a package folder left out fails it) and installs it with the same extras (read from
+# OUTBOX_EXTRAS below) into a fresh virtualenv, then runs the commands the compose file runs;
+# tests/unit/test_deployment_commands.py checks those commands against the CLI.
 
 ARG PYTHON_IMAGE=python:3.12-slim
 
 FROM ${PYTHON_IMAGE} AS build
-ARG OUTBOX_EXTRAS=cli,relays
+ARG OUTBOX_EXTRAS=cli,relays,console
 COPY --from=ghcr.io/astral-sh/uv:latest /uv /usr/local/bin/uv
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
@@ -18,6 +19,7 @@ COPY poller poller
 COPY outbox_relays outbox_relays
 COPY outbox_spark outbox_spark
 COPY outbox_cli outbox_cli
+COPY outbox_console outbox_console
 COPY sql sql
 COPY migrations migrations
 # The wheel, and the locked versions of what its extras install, as constraints: the install
@@ -28,7 +30,7 @@ RUN uv build --wheel --out-dir /dist \
       --output-file /dist/constraints.txt
 
 FROM ${PYTHON_IMAGE}
-ARG OUTBOX_EXTRAS=cli,relays
+ARG OUTBOX_EXTRAS=cli,relays,console
 ENV PATH="/opt/outbox/bin:$PATH" \
     PYTHONUNBUFFERED=1
 RUN --mount=from=build,source=/dist,target=/dist \

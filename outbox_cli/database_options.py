@@ -46,7 +46,7 @@ def add_database_url_option(command: click.Command) -> None:
 
 def _remember_database_url(ctx: click.Context, _: click.Parameter, url: str | None) -> None:
     context = ctx.find_object(CommandContext)
-    if url is not None and context is not None:
+    if url is not None and url.strip() and context is not None:  # blank: not given, as empty
         context.database_url_option = url
 
 

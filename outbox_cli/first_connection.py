@@ -6,10 +6,12 @@ It waits under the daemon's one reconnect policy (poller/reconnect.py: its backo
 of a transient failure, its way of saying so); only failures that waiting can end are
 retried: a URL that cannot be parsed, a refused login, a missing role or database fail at
 once, since retrying them only hides the mistake. Synchronous, as the checks that follow it
-are; SIGTERM meanwhile ends the process (no handler is installed yet).
+are: `outbox poll` runs it on a thread of its own while its probes are served, and a stop
+(SIGTERM) ends the wait.
 """
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -28,9 +30,17 @@ def is_transient(error: BaseException) -> bool:
     return is_transient_failure(cause)
 
 
-def connect_when_up(context: CommandContext, url: str | None = None) -> psycopg.Connection[Any]:
-    """A connection to the database, or to `url` (a hot standby of it)."""
+class StoppedWaiting(Exception):  # noqa: N818 - names what happened, not an error
+    """A stop came while waiting for the database."""
+
+
+def connect_when_up(
+    context: CommandContext, url: str | None = None, stop: threading.Event | None = None
+) -> psycopg.Connection[Any]:
+    """A connection to the database, or to `url` (a hot standby of it); raises
+    StoppedWaiting once `stop` is set."""
     backoff, outage = Backoff(), Outage()
+    stop = stop or threading.Event()
     while True:
         try:
             conn = context.connect_to(context.database_url if url is None else url)
@@ -45,7 +55,8 @@ def connect_when_up(context: CommandContext, url: str | None = None) -> psycopg.
                     else f" (still, after {now - (outage.began or now):.0f} s)"
                 )
                 log.warning("%s%s; retrying", failure_line(error), still)
-            time.sleep(backoff.failed(now))
+            if stop.wait(backoff.failed(now)):
+                raise StoppedWaiting from None
             continue
         if (lasted := outage.ended(time.monotonic())) is not None:
             log.info("reached the database after %.1f s", lasted)

@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -30,13 +31,14 @@ from outbox_cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_forma
 from outbox_cli.poll_config import read_poll_config
 from outbox_cli.printing import cell, console
 from outbox_cli.retention_printing import print_oldest_holder
-from outbox_cli.status_printing import print_read_replica, print_status
+from outbox_cli.status_printing import print_blocking_queries, print_read_replica, print_status
 from poller import operations
 from poller.daemon import garbage_collection
 from poller.daemon.handlers import (
     Handler,
     HandlerNotFoundError,
     HandlerSignatureError,
+    PackageShadowedError,
     load_handler,
 )
 from poller.daemon.options import DaemonOptions, command_line_fields, retention_fields
@@ -165,15 +167,26 @@ def serve(
     them until SIGTERM or SIGINT."""
     given = {name: value for name, value in option_values.items() if value is not None}
     options = DaemonOptions.with_lease(**given, read_database_url=read_database_url)
-    with connect_when_up(context) as conn:
-        for name in names:
-            operations.check_pollable(name, operations.get(conn, name))
-            operations.ensure_not_restored(conn, name)
-        if read_database_url is not None:
-            _check_read_server(context, conn, read_database_url)
+
+    def check(stop: threading.Event) -> None:
+        # While the database is down this waits, with the probes served: a liveness probe
+        # sees a live daemon that is not ready, not one to restart.
+        with connect_when_up(context, stop=stop) as conn:
+            for name in names:
+                operations.check_pollable(name, operations.get(conn, name))
+                operations.ensure_not_restored(conn, name)
+            if read_database_url is not None:
+                _check_read_server(context, conn, read_database_url, stop)
+
     garbage_collection.set_for_daemon()
     run = run_daemon(
-        context.database_url, names, handler, options, collectors=collectors, closers=closers
+        context.database_url,
+        names,
+        handler,
+        options,
+        collectors=collectors,
+        closers=closers,
+        startup_checks=check,
     )
     unfinished = asyncio.run(run)
     if unfinished:
@@ -181,12 +194,12 @@ def serve(
 
 
 def _check_read_server(
-    context: CommandContext, conn: psycopg.Connection[Any], read_url: str
+    context: CommandContext, conn: psycopg.Connection[Any], read_url: str, stop: threading.Event
 ) -> None:
     """Refuses (exit 2) a read server that is no standby of the database, before any read;
     says how far behind it is. A standby still starting is waited for, as the database is."""
     masked = mask_password(read_url)
-    with connect_when_up(context, read_url) as read_conn:
+    with connect_when_up(context, read_url, stop) as read_conn:
         read = server_state(read_conn)
         primary = server_state(conn)
     check_read_server(read, primary, masked)
@@ -221,7 +234,7 @@ def _handler(spec: str) -> Handler:
         sys.path.insert(0, os.getcwd())
     try:
         return load_handler(spec)
-    except (HandlerNotFoundError, HandlerSignatureError):
+    except (HandlerNotFoundError, HandlerSignatureError, PackageShadowedError):
         raise
     except Exception as error:  # the module's own code failed while importing
         raise CommandUsageError(
@@ -236,12 +249,18 @@ def _handler(spec: str) -> Handler:
     "The read replica (hot standby) the daemons read messages from: how far behind the"
     " database it is, and which subscriptions wait for its replay."
 )
+@click.option(
+    "--show-query",
+    is_flag=True,
+    help="Also print the start of each blocking session's SQL (password literals redacted).",
+)
 @json_option
 @click.pass_obj
 def status(
     context: CommandContext,
     /,
     as_json: bool,
+    show_query: bool,
     read_database_url: str | None,
     retention_stale_after: float | None,
 ) -> None:
@@ -259,7 +278,7 @@ def status(
         ).retention_stale_after
     read_url = given_read_database_url(context, read_database_url)
     with context.connect() as conn:
-        rows = operations.status(conn)
+        rows = operations.status(conn, show_query=show_query)
         holders = operations.retention_holders(conn)
         replica = None
         if read_url is not None:
@@ -268,6 +287,8 @@ def status(
         print_json([status_document(row, replica) for row in rows])
         return
     print_status(rows)
+    if show_query:
+        print_blocking_queries(rows)
     if replica is not None:
         print_read_replica(replica, rows)
     for row in rows:

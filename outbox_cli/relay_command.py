@@ -8,9 +8,12 @@ import click
 import outbox_relays
 from outbox_cli.context import CommandContext
 from outbox_cli.database_options import given_read_database_url
+from outbox_cli.errors import CommandUsageError
 from outbox_cli.log_format import use_log_format
 from outbox_cli.poll_commands import daemon_command, serve
 from outbox_cli.poll_config import read_poll_config
+
+RELAY_TO_VARIABLE = "OUTBOX_RELAY_TO"
 
 
 @click.command()
@@ -18,7 +21,14 @@ from outbox_cli.poll_config import read_poll_config
     "--to",
     "url",
     help="Where to publish: nats://, redis://, amqp://, http(s):// with the target's settings"
-    " as query parameters (README: Relays). [required, here or in --config]",
+    " as query parameters (README: Relays). Any other user of this host can read a command"
+    f" line: give a URL with credentials through --to-file or {RELAY_TO_VARIABLE}."
+    f" [required: here, --to-file, {RELAY_TO_VARIABLE} or `to` in --config]",
+)
+@click.option(
+    "--to-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A file holding the --to URL (a mounted secret, say), read at start.",
 )
 @click.option(
     "--declare",
@@ -32,6 +42,7 @@ def relay(
     context: CommandContext,
     /,
     url: str | None,
+    to_file: Path | None,
     declare: bool | None,
     subscriptions: tuple[str, ...],
     config: Path | None,
@@ -51,6 +62,7 @@ def relay(
     """
     use_log_format(log_format)
     names = list(subscriptions)
+    url = _given_url(url, to_file) or context.settings.relay_to
     if config is not None:
         document = read_poll_config(config)
         names += document.subscriptions
@@ -60,7 +72,10 @@ def relay(
     if not names:
         raise click.UsageError("name a --subscription (or list them in --config)")
     if url is None:
-        raise click.UsageError("name a --to URL (or `to` in the config's [relay] table)")
+        raise click.UsageError(
+            f"name a --to URL (or --to-file, {RELAY_TO_VARIABLE}, or `to` in the config's"
+            " [relay] table)"
+        )
     relay_handler = outbox_relays.handler(url, declare=bool(declare))
     asyncio.run(relay_handler.check())
     registry = relay_handler.metrics.registry
@@ -73,3 +88,18 @@ def relay(
         [relay_handler.close],
         read_database_url=given_read_database_url(context, read_database_url),
     )
+
+
+def _given_url(url: str | None, to_file: Path | None) -> str | None:
+    """--to, or the URL --to-file holds (the error names the file, never its content)."""
+    if to_file is None:
+        return url
+    if url is not None:
+        raise CommandUsageError("give --to or --to-file, not both")
+    try:
+        text = to_file.read_text().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise CommandUsageError(f"--to-file {to_file}: cannot read it: {error}") from None
+    if not text or len(text.splitlines()) > 1:
+        raise CommandUsageError(f"--to-file {to_file}: it must hold one URL on one line")
+    return text

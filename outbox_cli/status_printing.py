@@ -38,6 +38,18 @@ def print_status(rows: list[SubscriptionStatus]) -> None:
         console().print(_shard_leaders_table(sharded))
 
 
+def print_blocking_queries(rows: list[SubscriptionStatus]) -> None:
+    """`--show-query`: what each blocking session runs, as outbox.blocking_transactions
+    shows it (its start, password literals redacted)."""
+    for row in rows:
+        for blocker in row.blockers:
+            if blocker.pid is not None:
+                query = " ".join((blocker.query_start or MISSING_PRIVILEGE).split())
+                console().print(
+                    cell(f"{row.subscription}: session {blocker.pid}, last statement: {query}")
+                )
+
+
 def print_read_replica(replica: ReadReplica, rows: list[SubscriptionStatus]) -> None:
     """How far behind the primary the hot standby is, and who waits for its replay."""
     found = replica.status

@@ -4,8 +4,12 @@
     handler = outbox_relays.handler("nats://127.0.0.1:4222?subject=orders.{message_type}")
 
 returns a batch handler for the daemon (`outbox relay --to URL` does the same from the
-command line). Targets: NATS JetStream, Redis Streams, RabbitMQ, HTTP webhooks; each is one
-module behind `outbox_relays.target.Target`, and `outbox_relays.kinds` maps URL schemes to them.
+command line). Give the daemon its `close` too (`run_daemon(..., closers=[handler.close])`,
+or `DaemonThread`'s): the broker connection belongs to the daemon's event loop and must be
+closed on it before the loop ends.
+
+Targets: NATS JetStream, Redis Streams, RabbitMQ, HTTP webhooks; each is one module behind
+`outbox_relays.target.Target`, and `outbox_relays.kinds` maps URL schemes to them.
 """
 
 from outbox_relays.kinds import open_target

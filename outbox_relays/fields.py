@@ -8,7 +8,8 @@ every target; `read_header_fields` and `read_application_headers` read them back
 
 Exact round trips, whatever the message holds:
 - A value a protocol's headers would alter (NATS folds line breaks and strips white space at
-  the ends; HTTP refuses both) goes percent-encoded, and `outbox-encoded` names the headers
+  the ends; HTTP refuses both, and its receivers read header bytes as Latin-1, so UTF-8 beyond
+  ASCII arrives garbled) goes percent-encoded (UTF-8), and `outbox-encoded` names the headers
   that are.
 - An application header's value that is not a JSON string goes as its JSON text, exactly as
   PostgreSQL stored it (`1.10` stays `1.10`, a 30-digit integer stays whole), and
@@ -43,15 +44,21 @@ HEADER_NAMES = "outbox-header-names"
 JSON_VALUES = "outbox-json"
 
 _HEADER_EXACT = re.compile(r"(?:[^\x00-\x1f\x7f\s]+(?:[ \t]+[^\x00-\x1f\x7f\s]+)*)?")
-"""A value every header carries as it is: no control character (a line break, a NUL), no
-white space at either end."""
+"""A value NATS headers carry as they are (nats-py writes and reads them as UTF-8): no control
+character (a line break, a NUL), no white space at either end."""
+
+_HTTP_EXACT = re.compile(r"(?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?")
+"""A value an HTTP receiver reads as it was sent: printable ASCII, no white space at either
+end. HTTP gives header bytes beyond ASCII no encoding (RFC 9110 5.5: obs-text), and servers
+read them as Latin-1 (Python's http.server, Starlette, Node), so UTF-8 would arrive garbled."""
 
 _TOKEN_MARKS = "!#$&'*+-.^_`|~"
 """An HTTP token's characters besides letters and digits (RFC 9110), without '%'."""
 
 
 class Naming(NamedTuple):
-    """How one target names the application's headers."""
+    """How one target names the application's headers, and which values it carries as
+    they are."""
 
     keeps: re.Pattern[str]
     """Names the target carries as they are."""
@@ -62,6 +69,8 @@ class Naming(NamedTuple):
     reserved: frozenset[str]
     """Names that are the relay's or the protocol's, compared as `reserved_folded` says."""
     reserved_folded: bool = True
+    values_kept: re.Pattern[str] = _HEADER_EXACT
+    """Values the target's headers carry as they are (`header_fields` encodes the others)."""
 
 
 _RELAYS_OWN = ("outbox-", "ce-")
@@ -74,8 +83,11 @@ HTTP_NAMES = Naming(
         {"host", "connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade"}
         | {"expect", "authorization", "cookie"}
     ),
+    values_kept=_HTTP_EXACT,
 )
-NATS_NAMES = HTTP_NAMES._replace(reserved_prefixes=(*_RELAYS_OWN, "nats-"), reserved=frozenset())
+NATS_NAMES = HTTP_NAMES._replace(
+    reserved_prefixes=(*_RELAYS_OWN, "nats-"), reserved=frozenset(), values_kept=_HEADER_EXACT
+)
 AMQP_NAMES = Naming(
     re.compile(r"[^%,]+"),
     lower_hex=False,
@@ -146,10 +158,10 @@ def header_fields(
     message: Message, naming: Naming = NATS_NAMES, own: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """`own` fields (`metadata` unless given) and the application's headers, for a
-    protocol's headers: each value a header would alter percent-encoded, and named in
-    outbox-encoded (absent when none is)."""
+    protocol's headers: each value a header would alter (`naming.values_kept`)
+    percent-encoded, and named in outbox-encoded (absent when none is)."""
     fields = {**(metadata(message) if own is None else own), **application_headers(message, naming)}
-    encoded = [name for name, value in fields.items() if not _HEADER_EXACT.fullmatch(value)]
+    encoded = [name for name, value in fields.items() if not naming.values_kept.fullmatch(value)]
     for name in encoded:
         fields[name] = _quoted(fields[name])
     if encoded:

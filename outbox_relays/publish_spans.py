@@ -1,12 +1,14 @@
-"""A producer span per message a relay publishes, and its context in the broker's headers.
+"""A producer span per message a relay publishes.
 
 Each message's span continues the trace the message was written in (its `traceparent`
-header, from `outbox.append`) and links to the daemon's consumer span of the batch (current
-while the relay runs); the message goes to the broker with that span's context in place of
-the one it was written with, so a consumer on NATS, RabbitMQ, Redis or HTTP that extracts it
-starts a child of the publish, in the business transaction's trace. Without tracing in the
-relay's process the written context passes through unchanged, and the consumer continues the
-writer's span instead.
+header, from `outbox.append` or the application) and links to the daemon's consumer span of
+the batch (current while the relay runs). The message's headers are its own and go to the
+broker exactly as written, its trace context included, even a `tracestate` OpenTelemetry
+would drop as invalid: a consumer on NATS, RabbitMQ, Redis or HTTP that extracts it continues
+the writer's span, in the same trace as the publish (its sibling, as OpenTelemetry's messaging
+conventions propagate a message's creation context). Only a message written without a
+`traceparent` gets one: the publish span's, so its consumer still joins a trace, and a header
+already there is never replaced.
 
 Imported only when the process traces (tracing.py).
 """
@@ -21,7 +23,7 @@ from outbox.positions import Position
 from outbox_relays import fields
 from poller.message import Message
 
-_TRACE_HEADERS = ("traceparent", "tracestate")
+_TRACE_PARENT = "traceparent"
 
 
 class PublishSpans:
@@ -31,8 +33,8 @@ class PublishSpans:
         self._tracer = provider.get_tracer("outbox_relays")
 
     def started(self, messages: Sequence[Message]) -> tuple[list[Message], list[trace.Span]]:
-        """A span per message, and the messages to publish, each carrying its span's
-        context as its trace headers."""
+        """A span per message, and the messages to publish: each as written, but one written
+        without a trace context, which carries its span's."""
         batch = trace.get_current_span().get_span_context()
         links = [Link(batch)] if batch.is_valid else []
         outgoing: list[Message] = []
@@ -57,9 +59,14 @@ class PublishSpans:
                     "outbox.position": str(message.at),
                 },
             )
-            carrier: dict[str, str] = {}
-            propagate.inject(carrier, context=trace.set_span_in_context(span, written))
-            outgoing.append(_with_headers(message, texts, carrier))
+            names = {name for name, _, _ in texts}
+            if _TRACE_PARENT in names:
+                outgoing.append(message)  # its own context: kept, exactly as written
+            else:
+                carrier: dict[str, str] = {}
+                propagate.inject(carrier, context=trace.set_span_in_context(span, written))
+                added = {name: value for name, value in carrier.items() if name not in names}
+                outgoing.append(_with_headers(message, added))
             spans.append(span)
         return outgoing, spans
 
@@ -78,17 +85,12 @@ class PublishSpans:
             span.end()
 
 
-def _with_headers(
-    message: Message, texts: list[tuple[str, str, bool]], carrier: dict[str, str]
-) -> Message:
-    """`message` with the publish span's context (`carrier`) in place of the one it was
-    written with; every other header's JSON text exactly as PostgreSQL stored it."""
-    kept = [
-        f"{_json(name)}: {text if is_json else _json(text)}"
-        for name, text, is_json in texts
-        if name not in _TRACE_HEADERS and name not in carrier
-    ]
-    added = [f"{_json(name)}: {_json(value)}" for name, value in carrier.items()]
+def _with_headers(message: Message, added: dict[str, str]) -> Message:
+    """`message` with the headers `added` after its own, whose JSON text stays exactly as
+    PostgreSQL stored it."""
+    own = message.headers_text.strip().removesuffix("}").rstrip()
+    more = ", ".join(f"{_json(name)}: {_json(value)}" for name, value in added.items())
+    separator = "" if not more or own == "{" else ", "
     return Message(
         position=message.position,
         transaction_id=message.transaction_id,
@@ -97,7 +99,7 @@ def _with_headers(
         message_type=message.message_type,
         partition_key=message.partition_key,
         data_text=message.data_text,
-        headers_text="{" + ", ".join(kept + added) + "}",
+        headers_text=f"{own}{separator}{more}}}",
         appended_at=message.appended_at,
         delivery_attempt=message.delivery_attempt,
     )

@@ -14,9 +14,10 @@ A message's body is the JSON object {"message_id", "message_type", "publication"
 "partition_key" (null when keyless), "position" ("TX:POS"), "appended_at" (ISO 8601),
 "headers", "data"}; Content-Type is application/json. With mode=message the fields of
 `outbox_relays.fields.header_fields` go as headers too (outbox-message-id and the rest, and the
-message's own headers each as an HTTP header, UTF-8; a value HTTP cannot carry, with a line
-break or white space at an end, percent-encoded and named in outbox-encoded; a name as
-fields.HTTP_NAMES says).
+message's own headers each as an HTTP header; a value HTTP cannot carry as it is, with a
+line break, white space at an end or any character beyond printable ASCII, which receivers
+read as Latin-1, percent-encoded as UTF-8 and named in outbox-encoded; a name as
+fields.HTTP_NAMES says), so every header value sent is ASCII.
 
 With secret_env= every POST is signed: `Outbox-Timestamp` is the Unix time in whole seconds,
 and `Outbox-Signature` is `sha256=` followed by the hex HMAC-SHA256, keyed with the secret's
@@ -156,7 +157,7 @@ class WebhookTarget:
             if self._cloud_events:
                 own = cloud_events.binary_headers(message, percent_encoded=True, content_type=False)
             headers = {
-                field.encode(): value.encode()
+                field.encode(): value.encode("ascii")  # header_fields encoded the rest
                 for field, value in fields.header_fields(message, fields.HTTP_NAMES, own).items()
             }
             if (refusal := await self._post(body, headers)) is not None:

@@ -52,7 +52,9 @@ class SubscriptionStatus(NamedTuple):
     """A Spark query's row: when it last recorded a batch (or started)."""
 
 
-def status(conn: psycopg.Connection[Any]) -> list[SubscriptionStatus]:
+def status(conn: psycopg.Connection[Any], *, show_query: bool = False) -> list[SubscriptionStatus]:
+    """`show_query`: each blocker's SQL (its start, password literals redacted), which an
+    operator asks for (`outbox status --show-query`); otherwise its query is None."""
     store = AdminStore(conn)
     rows = store.status()
     leaders = shard_leaders(conn)  # after: every subscription of `rows` but a deleted one
@@ -60,7 +62,9 @@ def status(conn: psycopg.Connection[Any]) -> list[SubscriptionStatus]:
     for row in rows:
         (name, publication, tx, pos, behind, age, host, pid, since, alive, hidden_tx, problem,
          retrying, parked, parked_tx, parked_pos, parked_age, kind, updated_at) = row  # fmt: skip
-        blockers = [] if hidden_tx is None else store.blockers_before(hidden_tx)
+        blockers = (
+            [] if hidden_tx is None else store.blockers_before(hidden_tx, with_query=show_query)
+        )
         shards = leaders.get(name, [])
         result.append(
             SubscriptionStatus(

@@ -230,9 +230,10 @@ WHERE m.publication_id = %(publication)s
   AND m.transaction_id >= pg_snapshot_xmin(pg_current_snapshot())
 
 -- blocking_transactions_before --
--- The sessions and prepared transactions, in any database, that hold back rows at or after a transaction id.
+-- The sessions and prepared transactions, in any database, that hold back rows at or after a transaction id; the start of each session's SQL (passwords redacted by the view) only %(with_query)s: another session's SQL is no business of the daemon's log.
 SELECT kind, pid, database, user_name, application_name, client_address, state,
-       extract(epoch FROM transaction_age)::float8, query_start
+       extract(epoch FROM transaction_age)::float8,
+       CASE WHEN %(with_query)s THEN query_start END
 FROM outbox.blocking_transactions
 WHERE transaction_id < %(transaction_id)s::text::xid8
 ORDER BY transaction_start

@@ -130,7 +130,9 @@ $$;
 
 -- Every transaction in the cluster that holds an xid, in any database: each one holds back
 -- pg_snapshot_xmin and so every poller. Idle-in-transaction sessions and forgotten prepared
--- transactions are the usual culprits.
+-- transactions are the usual culprits. query_start is the start of a session's SQL with
+-- password literals redacted (0017): everything after the word password (ALTER ROLE ...
+-- PASSWORD '...', a conninfo's password=...), and a URL's user-info password.
 CREATE VIEW outbox.blocking_transactions AS
 SELECT 'session'::text AS kind,
        a.pid,
@@ -141,7 +143,8 @@ SELECT 'session'::text AS kind,
        a.state,
        a.xact_start AS transaction_start,
        clock_timestamp() - a.xact_start AS transaction_age,
-       left(a.query, 200) AS query_start,
+       left(regexp_replace(regexp_replace(a.query, '(password).*$', '\1 ***', 'i'),
+                           '(://[^\s/@'']*:)[^\s'']*@', '\1***@', 'g'), 200) AS query_start,
        outbox.widen_xid(a.backend_xid) AS transaction_id
 FROM pg_stat_activity AS a
 WHERE a.backend_xid IS NOT NULL

@@ -1,10 +1,14 @@
 """Loading `package.module:callable` handlers, and what kind of handler one is."""
 
+import importlib.util
 import inspect
 import pkgutil
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from outbox.shadowed_packages import shadowing_line, shadowing_module
 from poller.batch_handlers import batch_options
 from poller.printable import safe_repr
 
@@ -20,6 +24,10 @@ class HandlerSignatureError(ValueError):
     """The handler cannot be called with one message (a batch handler: one list of them)."""
 
 
+class PackageShadowedError(ValueError):
+    """A module or package of the application's is named as one of ours (`poller`)."""
+
+
 class HandlerExited(Exception):  # noqa: N818 - names what the handler did
     """The handler called sys.exit(): a failed delivery, never the end of the daemon."""
 
@@ -32,6 +40,7 @@ def load_handler(spec: str) -> Handler:
     module_name, separator, attribute = spec.partition(":")
     if not separator or not module_name or not attribute:
         raise HandlerNotFoundError(f"handler {spec!r} is not of the form package.module:callable")
+    refuse_shadowed_packages(spec, module_name)
     try:
         target = pkgutil.resolve_name(spec)
     except ImportError as error:
@@ -51,6 +60,26 @@ def load_handler(spec: str) -> Handler:
     handler: Handler = target
     check_signature(handler, repr(spec))
     return handler
+
+
+def refuse_shadowed_packages(spec: str, module_name: str) -> None:
+    """Refuse an application's own `poller` (or `outbox`) module or package, beside the
+    handler or on the import path: ours is already imported, so the handler's `import
+    poller` would get ours and every message would park with an AttributeError."""
+    if module := shadowing_module([*sys.path, *_handler_folder(module_name)]):
+        raise PackageShadowedError(f"handler {spec!r}: {shadowing_line(module)}")
+
+
+def _handler_folder(module_name: str) -> list[str]:
+    """The folder the handler's module lives in, found without running it (its parent
+    packages are imported, as loading it would)."""
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return []  # loading it says why
+    if found is None or found.origin is None:
+        return []
+    return [str(Path(found.origin).parent)]
 
 
 def check_signature(handler: Handler, name: str) -> None:

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import logging
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -51,6 +52,8 @@ async def run_daemon(
     stop: asyncio.Event | None = None,
     collectors: Sequence[Collector] = (),
     closers: Sequence[Callable[[], Awaitable[None]]] = (),
+    *,
+    startup_checks: Callable[[threading.Event], None] | None = None,
 ) -> list[Message]:
     """Run until `stop` is set (or SIGTERM/SIGINT); return the messages whose handlers were
     still running when the shutdown timeout ran out (empty after a clean stop). Their threads
@@ -58,19 +61,35 @@ async def run_daemon(
 
     `collectors`: more Prometheus figures for /metrics (a relay's own). `closers`: awaited on
     the daemon's loop once every subscription stopped (a relay's broker connection, which
-    belongs to this loop and must be closed before it ends).
+    belongs to this loop and must be closed before it ends). `startup_checks`: run on a
+    thread of its own before any subscription starts, while the probes are served (alive, not
+    ready) and a stop is honoured; it is given an event set at a stop, which its waits should
+    honour. What it raises ends `run_daemon` (`outbox poll` waits there for the database's
+    first connection and checks the subscriptions).
     """
     check_signature(handler, safe_repr(handler))  # as `outbox poll` does: not at each message
     stop = stop or asyncio.Event()
     metrics = DaemonMetrics(subscriptions, options)
     for collector in collectors:
         metrics.registry.register(collector)
-    port = options.metrics_port  # the server starts first: a taken port fails alone
+    # The server starts first: a taken port fails alone, and a database that is down at start
+    # shows as one (/healthz alive, /readyz not ready, outbox_database_up 0), not as a daemon
+    # that is down, which a liveness probe would restart.
+    port = options.metrics_port
     server = None if port is None else MetricsServer.start(metrics, database_url, port)
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal_number, _stop_on, signal_number, stop, options)
+    started = False
+    try:
+        started = startup_checks is None or await _checked(startup_checks, stop)
+    finally:
+        if not started and server is not None:
+            server.stop()
+    if not started:
+        log.info("poller stopped before its start checks were done")
+        return []
     log.info(
         "connections to the database: at most %d (one to LISTEN, %d for each of %d"
         " subscriptions however many shards it leads, one while a retention pass runs)%s",
@@ -117,6 +136,49 @@ async def run_daemon(
     unfinished = {m.at: m for coordinator in coordinators for m in coordinator.running()}
     log.info("poller stopped")
     return list(unfinished.values())
+
+
+async def _checked(checks: Callable[[threading.Event], None], stop: asyncio.Event) -> bool:
+    """Run `checks` on a daemon thread (a connection attempt to a server that does not answer
+    waits minutes, and asyncio.run would wait for an executor's thread at exit); True once
+    they passed, False if `stop` came first. Their error is raised here."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    # Retrieved whoever waits: an error that ends the checks after a stop is no one's news.
+    done.add_done_callback(lambda future: future.cancelled() or future.exception())
+    stopping = threading.Event()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def run() -> None:
+        error = None
+        try:
+            checks(stopping)
+        except BaseException as raised:  # handed to the loop
+            error = raised
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=run, name="outbox-start-checks", daemon=True).start()
+    stopped = asyncio.ensure_future(stop.wait())
+    either: set[asyncio.Future[Any]] = {done, stopped}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if done.done():
+        done.result()
+        return True
+    stopping.set()
+    # A wait ends at once; an attempt on a server that does not answer is left to its thread.
+    await asyncio.wait({done}, timeout=_CANCELLING)
+    return False
 
 
 def _observers(subscription: str, metrics: DaemonMetrics | None) -> list[CallObserver]:

@@ -133,10 +133,12 @@ class AdminStore:
         """subscription_status's columns, then the oldest transaction the frontier hides."""
         return self._conn.execute(QUERIES["subscription_status_with_hidden"]).fetchall()
 
-    def blockers_before(self, transaction_id: int) -> list[tuple[Any, ...]]:
-        """The sessions and prepared transactions holding back rows at `transaction_id`."""
+    def blockers_before(self, transaction_id: int, *, with_query: bool) -> list[tuple[Any, ...]]:
+        """The sessions and prepared transactions holding back rows at `transaction_id`;
+        the start of each one's SQL only `with_query`."""
         return self._conn.execute(
-            QUERIES["blocking_transactions_before"], {"transaction_id": str(transaction_id)}
+            QUERIES["blocking_transactions_before"],
+            {"transaction_id": str(transaction_id), "with_query": with_query},
         ).fetchall()
 
     def next_transaction_id(self) -> int:

