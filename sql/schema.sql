@@ -131,7 +131,7 @@ $$;
 -- Every transaction in the cluster that holds an xid, in any database: each one holds back
 -- pg_snapshot_xmin and so every poller. Idle-in-transaction sessions and forgotten prepared
 -- transactions are the usual culprits. query_start is the start of a session's SQL with
--- password literals redacted (0017): everything after the word password (ALTER ROLE ...
+-- password literals redacted (0018): everything after the word password (ALTER ROLE ...
 -- PASSWORD '...', a conninfo's password=...), and a URL's user-info password.
 CREATE VIEW outbox.blocking_transactions AS
 SELECT 'session'::text AS kind,

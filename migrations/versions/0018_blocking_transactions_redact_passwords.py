@@ -7,20 +7,20 @@ The daemon no longer reads it at all; the view, which `outbox status --show-quer
 operators' SQL read, now replaces everything after the word password, and a URL's user-info
 password, with ***.
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 """
 
 from alembic import op
 
-revision = "0017"
-down_revision = "0016"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
 VIEW = """
 -- Every transaction in the cluster that holds an xid, in any database: each one holds back
--- pg_snapshot_xmin and so every poller. query_start: password literals redacted (0017).
+-- pg_snapshot_xmin and so every poller. query_start: password literals redacted (0018).
 CREATE OR REPLACE VIEW outbox.blocking_transactions AS
 SELECT 'session'::text AS kind,
        a.pid,
