@@ -19,8 +19,10 @@ class CommandLineSettings(BaseSettings):
     relay_to: str | None = None
     data_dir: Path = Path(".outbox")
     log_level: str = "INFO"
-    # OUTBOX_CONSOLE_TOKEN: a token that may act in `outbox console` (outbox_console.tokens).
+    # OUTBOX_CONSOLE_TOKEN: an operator's token for `outbox console`, which may read messages
+    # and act; OUTBOX_CONSOLE_READER_TOKEN: a reader's, which may read (outbox_console.tokens).
     console_token: SecretStr | None = None
+    console_reader_token: SecretStr | None = None
 
     @field_validator("database_url", "read_database_url", "relay_to", mode="before")
     @classmethod

@@ -1,40 +1,29 @@
 """The pages that act: a confirmation that says what an action will change, the action itself
-(a POST carrying the form's CSRF token, from a session a token signed in, on a database role
-that may act), and signing in and out. Every action, taken or refused, is logged (audit.py).
+(a POST of the confirmation's form, once, carrying its CSRF token, from a session an
+operator's token signed in, on a database role that may act), and signing in and out. Every
+action, taken or refused, is logged (audit.py).
 """
 
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+import math
+from typing import Any
 from urllib.parse import urlsplit
 
-import psycopg
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from outbox.positions import readable
 from outbox_console import audit
+from outbox_console.confirmations import Confirmations
 from outbox_console.database import connection
+from outbox_console.parameters import refuse_nul
+from outbox_console.proposals import ACTIONS, Action, Form, Proposal
 from outbox_console.rendering import href, page
 from outbox_console.sessions import Sessions, new_session_id
+from outbox_console.throttle import WINDOW_SECONDS, SignInThrottle
 from outbox_console.tokens import Token, token_holder
 from outbox_console.visitors import client_text
 from poller import operations
-from poller.operations import SubscriptionError, quoted
-
-Form = Mapping[str, str]
-
-
-class Proposal(NamedTuple):
-    """An action as its confirmation page shows it."""
-
-    action: str
-    name: str
-    title: str
-    consequences: list[str]
-    fields: dict[str, str]
-    """What the confirmation's form posts (besides the CSRF token)."""
-    button: str
+from poller.operations import ChangedSinceShownError, SubscriptionError, quoted
 
 
 class RefusedError(Exception):
@@ -43,169 +32,44 @@ class RefusedError(Exception):
         self.status_code = status_code
 
 
-def _messages(count: int) -> str:
-    return "1 message" if count == 1 else f"{count} messages"
-
-
-def _parked_target(conn: psycopg.Connection[Any], name: str, at: str | None) -> Any:
-    return operations.parked_target(conn, name, at or None, None)
-
-
-def _parked_what(target: object, count: int) -> str:
-    if target is None:
-        return "every parked message" if count != 1 else "the one parked message"
-    return f"the parked message at {target}"
-
-
-def propose_replay(conn: psycopg.Connection[Any], name: str, form: Form) -> Proposal:
-    target = _parked_target(conn, name, form.get("at"))
-    preview = operations.preview_parked(conn, name, target)
-    if preview.messages == 0:
-        raise SubscriptionError(f"{quoted(name)} has no parked messages to replay")
-    return Proposal(
-        "replay",
-        name,
-        f"Replay {_parked_what(target, preview.messages)} of {name}",
-        [
-            f"{_messages(preview.messages)} will be delivered again, ahead of new ones: by the"
-            " leader of each message's shard at its next lease renewal, or first by the next"
-            " leader when none leads now.",
-            "The checkpoint does not move. A replay that fails parks its message again.",
-        ],
-        {"at": "" if target is None else str(target)},
-        f"Replay {_messages(preview.messages)}",
-    )
-
-
-def propose_purge(conn: psycopg.Connection[Any], name: str, form: Form) -> Proposal:
-    target = _parked_target(conn, name, form.get("at"))
-    preview = operations.preview_parked(conn, name, target)
-    if preview.messages == 0:
-        raise SubscriptionError(f"{quoted(name)} has no parked messages to purge")
-    return Proposal(
-        "purge",
-        name,
-        f"Purge {_parked_what(target, preview.messages)} of {name}",
-        [f"{_messages(preview.messages)} will be dropped for good: never delivered again."],
-        {"at": "" if target is None else str(target)},
-        f"Purge {_messages(preview.messages)}",
-    )
-
-
-def propose_skip(conn: psycopg.Connection[Any], name: str, form: Form) -> Proposal:
-    preview = operations.preview_skip(conn, name, form.get("to") or "")
-    return Proposal(
-        "skip",
-        name,
-        f"Skip {name} to {readable(preview.to)}",
-        [
-            f"{_messages(preview.finished_undelivered)} after the checkpoint, up to"
-            f" {readable(preview.to)}, will be finished without being delivered.",
-            "The epoch stays: nothing after it is delivered twice. The leader applies the skip"
-            " at its next lease renewal, or the next leader before it reads.",
-        ],
-        {"to": str(preview.to)},
-        f"Skip {_messages(preview.finished_undelivered)}",
-    )
-
-
-def propose_seek(conn: psycopg.Connection[Any], name: str, form: Form) -> Proposal:
-    given = {key: form.get(key) or None for key in ("to", "to_time", "to_message")}
-    since = None if given["to_time"] is None else operations.parse_time(given["to_time"])
-    preview = operations.preview_seek(
-        conn, name, to=given["to"], since=since, message_id=given["to_message"]
-    )
-    consequences = [
-        f"{_messages(preview.delivered_again)} will be delivered again (a checkpoint had"
-        " passed them).",
-        f"{_messages(preview.passed_over)} will be passed over: never delivered.",
-        "Every shard moves; delivery resumes after this place, in a new epoch. Messages handled"
-        " since the last stored checkpoint are delivered again, as after any restart.",
-    ]
-    if preview.voids_skip:
-        consequences.append("The skip requested earlier ends: the seek starts a new epoch.")
-    return Proposal(
-        "seek",
-        name,
-        f"Seek {name} to after {readable(preview.to)}",
-        consequences,
-        {"to": str(preview.to)},
-        f"Seek: {_messages(preview.delivered_again)} again, {preview.passed_over} passed over",
-    )
-
-
-def take_replay(conn: psycopg.Connection[Any], name: str, form: Form) -> str:
-    target = _parked_target(conn, name, form.get("at"))
-    requested = operations.request_replay(conn, name, target)
-    if not requested.marked:
-        return "no parked messages to replay"
-    who = "its leader at its next lease renewal" if requested.leader_alive else "the next leader"
-    return f"replay of {_messages(len(requested.marked))} requested; {who} replays them"
-
-
-def take_purge(conn: psycopg.Connection[Any], name: str, form: Form) -> str:
-    target = _parked_target(conn, name, form.get("at"))
-    count = operations.purge_parked(conn, name, target)
-    return f"purged {_messages(count)}"
-
-
-def take_skip(conn: psycopg.Connection[Any], name: str, form: Form) -> str:
-    outcome = operations.request_skip(conn, name, form.get("to") or "")
-    if outcome.pending != outcome.requested:
-        return f"a skip to {readable(outcome.pending)} is already pending; it covers this one"
-    when = "at its next lease renewal" if outcome.leader_alive else "when a daemon next leads it"
-    return f"skip to {readable(outcome.requested)} requested; applied {when}"
-
-
-def take_seek(conn: psycopg.Connection[Any], name: str, form: Form) -> str:
-    to = form.get("to") or ""
-    preview = operations.preview_seek(conn, name, to=to)
-    at, epoch = operations.seek(conn, name, to)
-    return (
-        f"now after {readable(at)} (epoch {epoch}): {_messages(preview.delivered_again)} to"
-        f" deliver again, {_messages(preview.passed_over)} passed over"
-    )
-
-
-class Action(NamedTuple):
-    propose: Callable[[psycopg.Connection[Any], str, Form], Proposal]
-    take: Callable[[psycopg.Connection[Any], str, Form], str]
-
-
-ACTIONS = {
-    "replay": Action(propose_replay, take_replay),
-    "purge": Action(propose_purge, take_purge),
-    "skip": Action(propose_skip, take_skip),
-    "seek": Action(propose_seek, take_seek),
-}
-
-
-def _what(action: str, name: str, form: Form) -> str:
+def _what(form: Form) -> str:
+    """An action as a post that no confirmation stands behind names it, for the log."""
     details = [f"{key}={quoted(value)}" for key, value in form.items() if key in ("at", "to")]
-    return " ".join([action, quoted(name), *details])
+    return " ".join([form.get("action") or "an action", quoted(form.get("name") or ""), *details])
 
 
-def _action(request: Request, form: Form) -> tuple[str, Action, str]:
-    action_name = form.get("action") or request.path_params.get("action") or ""
-    action = ACTIONS.get(action_name)
+def _action(form: Form) -> tuple[Action[Any], str]:
+    action = ACTIONS.get(form.get("action") or "")
     name = form.get("name") or ""
     if action is None or not name:
         raise RefusedError("name an action (replay, purge, skip, seek) and a subscription", 400)
-    return action_name, action, name
+    refuse_nul(name, "name")
+    return action, name
 
 
 def confirm(request: Request) -> HTMLResponse:
     form = dict(request.query_params)
     try:
-        _, action, name = _action(request, form)
+        action, name = _action(form)
     except RefusedError as refusal:
         return page(request, "refused.html", refusal.status_code, reason=str(refusal))
     with connection(request) as conn:
         privileges = operations.privileges(conn)
         if not privileges.acts:
             return page(request, "refused.html", 403, reason=_role_refusal(privileges))
-        proposal = action.propose(conn, name, form)
-    return page(request, "confirm.html", proposal=proposal)
+        proposal = action.proposal(action.preview(conn, name, form))
+    return _confirmation(request, proposal)
+
+
+def _confirmation(request: Request, proposal: Proposal, *, changed: bool = False) -> HTMLResponse:
+    """The confirmation page; for an operator, with a form good for this one action."""
+    visitor = request.state.visitor
+    confirmations: Confirmations[Proposal] = request.app.state.confirmations
+    kept = confirmations.keep(visitor.session_id, proposal) if visitor.acts else None
+    status_code = 409 if changed else 200
+    return page(
+        request, "confirm.html", status_code, proposal=proposal, confirmation=kept, changed=changed
+    )
 
 
 async def act(request: Request) -> Response:
@@ -216,23 +80,39 @@ async def act(request: Request) -> Response:
 def _act(request: Request, form: Form) -> Response:
     visitor = request.state.visitor
     sessions: Sessions = request.app.state.sessions
+    confirmations: Confirmations[Proposal] = request.app.state.confirmations
     client = client_text(request)
-    try:
-        action_name, action, name = _action(request, form)
-        what = _what(action_name, name, form)
-    except RefusedError as refusal:
-        audit.refused(visitor.holder, "an action", str(refusal), client)
-        return page(request, "refused.html", refusal.status_code, reason=str(refusal))
+    confirmation = form.get("confirmation")
+    shown = confirmations.shown(visitor.session_id, confirmation)
+    what = _what(form) if shown is None else shown.what
     try:
         if not sessions.csrf_valid(visitor.session_id, form.get("csrf")):
             raise RefusedError("the form carried no valid CSRF token: open the page again", 403)
         if visitor.holder is None:
             raise RefusedError("nobody is signed in: actions need a token", 403)
+        if not visitor.acts:
+            raise RefusedError(
+                f"{visitor.holder} signed in with a reader's token: actions need an operator's",
+                403,
+            )
         with connection(request) as conn:
             privileges = operations.privileges(conn)
             if not privileges.acts:
                 raise RefusedError(_role_refusal(privileges), 403)
-            outcome = action.take(conn, name, form)
+            proposal = confirmations.take(visitor.session_id, confirmation)
+            if proposal is None:
+                raise RefusedError(
+                    "no confirmation stands behind this form (it was used already, is too old,"
+                    " or never was): open the action again to see what it would change now",
+                    409,
+                )
+            action = ACTIONS[proposal.action]
+            try:
+                outcome = action.take(conn, proposal.shown)
+            except ChangedSinceShownError as changed:
+                again = action.proposal(changed.now)
+                audit.refused(visitor.holder, what, str(changed), client)
+                return _confirmation(request, again, changed=True)
     except RefusedError as refusal:
         audit.refused(visitor.holder, what, str(refusal), client)
         return page(request, "refused.html", refusal.status_code, reason=str(refusal))
@@ -240,7 +120,7 @@ def _act(request: Request, form: Form) -> Response:
         audit.refused(visitor.holder, what, str(error), client)
         raise
     audit.done(visitor.holder, what, outcome)
-    return page(request, "done.html", name=name, outcome=outcome, action=action_name)
+    return page(request, "done.html", name=proposal.name, outcome=outcome)
 
 
 def _role_refusal(privileges: operations.Privileges) -> str:
@@ -259,19 +139,35 @@ async def sign_in(request: Request) -> Response:
     visitor = request.state.visitor
     sessions: Sessions = request.app.state.sessions
     tokens: list[Token] = request.app.state.config.tokens
+    throttle: SignInThrottle = request.app.state.throttle
     client = client_text(request)
     if not sessions.csrf_valid(visitor.session_id, form.get("csrf")):
         audit.refused(None, "sign-in", "no valid CSRF token", client)
         return page(request, "refused.html", 403, reason="the form carried no valid CSRF token")
+    wait = throttle.wait_seconds(client)
+    if wait > 0:
+        # Not logged each time: the throttle's start was, and a guesser would flood the log.
+        refused = page(
+            request,
+            "refused.html",
+            429,
+            reason=f"too many wrong tokens from {client}: try again in {math.ceil(wait)} s",
+        )
+        refused.headers["retry-after"] = str(math.ceil(wait))
+        return refused
     holder = token_holder(tokens, form.get("token", "")) if tokens else None
     if holder is None:
-        audit.refused(None, "sign-in", "a token this console does not accept", client)
+        throttled = throttle.failed(client)
+        reason = "a token this console does not accept"
+        if throttled:
+            reason += f"; no token from {client} is compared for {WINDOW_SECONDS:.0f} s"
+        audit.refused(None, "sign-in", reason, client)
         return page(
             request, "sign_in.html", 403, next=safe_next(form.get("next")), wrong_token=True
         )
     sessions.sign_out(visitor.session_id)
-    request.state.new_session_id = sessions.sign_in(holder)
-    audit.done(holder, "sign-in", f"signed in from {client}")
+    request.state.new_session_id = sessions.sign_in(holder.name, holder.role)
+    audit.done(holder.name, "sign-in", f"signed in as {holder.role} from {client}")
     return RedirectResponse(safe_next(form.get("next")) or href(request, "/"), status_code=303)
 
 

@@ -14,16 +14,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from outbox.database_url import mask_password
 from outbox_console import action_pages, reading_pages
 from outbox_console.config import ConsoleConfig
+from outbox_console.confirmations import Confirmations
 from outbox_console.history import History
+from outbox_console.hosts import HostCheck
+from outbox_console.proposals import Proposal
 from outbox_console.rendering import PACKAGE, page
 from outbox_console.sampler import Sampler
 from outbox_console.sessions import Sessions
+from outbox_console.throttle import SignInThrottle
 from outbox_console.visitors import VisitorMiddleware
-from poller.operations import RefusedValueError, SubscriptionError
+from poller.operations import NotFoundError, RefusedValueError, SubscriptionError
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +39,10 @@ def _refused_value(request: Request, error: Exception) -> Response:
 
 def _subscription_error(request: Request, error: Exception) -> Response:
     return page(request, "refused.html", 409, reason=str(error))
+
+
+def _not_found(request: Request, error: Exception) -> Response:
+    return page(request, "refused.html", 404, reason=str(error))
 
 
 def _database_error(request: Request, error: Exception) -> Response:
@@ -59,6 +68,15 @@ def create_app(config: ConsoleConfig) -> Starlette:
         config.database_url, config.sample_interval, history, read_url=config.read_database_url
     )
     sessions = Sessions()
+    middleware = [
+        Middleware(HostCheck, allowed=config.allowed_hosts),
+        Middleware(VisitorMiddleware, sessions=sessions),
+    ]
+    if config.forwarded_allow_ips:
+        # Outermost: the Host check, the session cookie's Secure flag and the action log see
+        # the browser's address and scheme, as the configured proxies forward them.
+        trusted = list(config.forwarded_allow_ips)
+        middleware.insert(0, Middleware(ProxyHeadersMiddleware, trusted_hosts=trusted))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -86,9 +104,10 @@ def create_app(config: ConsoleConfig) -> Starlette:
             Route("/sign-out", action_pages.sign_out, methods=["POST"]),
             Mount("/static", StaticFiles(directory=PACKAGE / "static"), name="static"),
         ],
-        middleware=[Middleware(VisitorMiddleware, sessions=sessions)],
+        middleware=middleware,
         exception_handlers={
             RefusedValueError: _refused_value,
+            NotFoundError: _not_found,
             SubscriptionError: _subscription_error,
             psycopg.Error: _database_error,
             HTTPException: _http_error,
@@ -99,4 +118,6 @@ def create_app(config: ConsoleConfig) -> Starlette:
     app.state.config = config
     app.state.sampler = sampler
     app.state.sessions = sessions
+    app.state.confirmations = Confirmations[Proposal]()
+    app.state.throttle = SignInThrottle()
     return app

@@ -1,21 +1,36 @@
 """The pages that read: the overview (and its live part), a subscription, its parked messages,
-a publication's tail."""
+a publication's tail. Messages (payloads, headers, parked errors) and the SQL of sessions that
+hold delivery back are shown only to a browser a token signed in, and only as much of a
+message as a page shows is read from the database."""
 
+import functools
 import time
 from typing import Any
 
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from outbox.positions import START, Position
 from outbox_console.charts import line_chart
 from outbox_console.database import connection
 from outbox_console.history import History
+from outbox_console.parameters import name_parameter, place_parameter
 from outbox_console.rendering import page
 from outbox_console.sampler import Overview, Sampler
+from outbox_console.visitors import Visitor
 from poller import operations
+from poller.operations import Blocker
 
 TAIL_LENGTH = 50
+# Characters of a payload the tail shows; a parked message's page shows up to PAGE_CHARACTERS
+# of its payload and of its headers, and says how long they are.
+TAIL_CHARACTERS = 200
+PAGE_CHARACTERS = 65_536
+PARKED_PAGE_LENGTH = 100
+# An overview sample older than this many intervals (plus STALE_MARGIN_SECONDS for a slow
+# reading) says how old it is: the database stopped answering the sampler.
+STALE_INTERVALS = 2
+STALE_MARGIN_SECONDS = 2.0
 
 
 def _sampler(request: Request) -> Sampler:
@@ -47,18 +62,34 @@ def _overview_context(request: Request) -> dict[str, Any]:
     sampler = _sampler(request)
     overview: Overview | None = sampler.latest
     charts = {}
+    age = None
     if overview is not None:
         charts = {
             row.subscription: _charts(sampler.history, row.subscription)
             for row in overview.statuses
         }
+        age = time.time() - overview.taken_at.timestamp()
+    stale = age is not None and age > STALE_INTERVALS * sampler.interval + STALE_MARGIN_SECONDS
+    visitor: Visitor = request.state.visitor
     return {
         "overview": overview,
         "failure": sampler.failure,
+        "stale_seconds": age if stale else None,
         "charts": charts,
         "interval": sampler.interval,
         "history_minutes": sampler.history.keep_seconds / 60,
+        "query_of": functools.partial(_blocker_query, visitor, overview),
     }
+
+
+def _blocker_query(visitor: Visitor, overview: Overview | None, blocker: Blocker) -> str | None:
+    """The start of a blocking session's SQL, for a signed-in visitor, and only for a session
+    in this database: the others' belong to whoever else uses the server."""
+    if not visitor.reads_messages or overview is None:
+        return None
+    if blocker.database != overview.privileges.database:
+        return None
+    return blocker.query_start
 
 
 def overview(request: Request) -> HTMLResponse:
@@ -70,15 +101,15 @@ def overview_live(request: Request) -> HTMLResponse:
     return page(request, "overview_live.html", **_overview_context(request))
 
 
-def _name(request: Request, parameter: str = "name") -> str:
-    value = request.query_params.get(parameter)
-    if not value:
-        raise HTTPException(400, f"name a {parameter} (?{parameter}=...)")
-    return value
+def _sign_in_to_read(request: Request) -> HTMLResponse | None:
+    """The page that says to sign in, for a visitor no token signed in; else None."""
+    if request.state.visitor.reads_messages:
+        return None
+    return page(request, "sign_in_to_read.html", 403)
 
 
 def subscription(request: Request) -> HTMLResponse:
-    name = _name(request)
+    name = name_parameter(request)
     with connection(request) as conn:
         record = operations.get(conn, name)
         shards = operations.shards(conn, name)
@@ -107,31 +138,55 @@ def subscription(request: Request) -> HTMLResponse:
 
 
 def parked_list(request: Request) -> HTMLResponse:
-    name = _name(request)
+    """A page of PARKED_PAGE_LENGTH parked messages, after `after` (TX:POS) in delivery order,
+    under the count of them all."""
+    name = name_parameter(request)
+    after = place_parameter(request, "after")
+    if (refused := _sign_in_to_read(request)) is not None:
+        return refused
     with connection(request) as conn:
         record = operations.get(conn, name)
         privileges = operations.privileges(conn)
-        rows = operations.list_parked(conn, name, 1000) if privileges.reads_messages else []
-    return page(request, "parked_list.html", record=record, rows=rows, privileges=privileges)
+        rows, total = [], 0
+        if privileges.reads_messages:
+            rows = operations.list_parked(conn, name, PARKED_PAGE_LENGTH + 1, after or START)
+            total = operations.parked_count(conn, name)
+    # One row more than a page was read: whether a next page starts after this one's last.
+    shown = rows[:PARKED_PAGE_LENGTH]
+    following = None
+    if len(rows) > PARKED_PAGE_LENGTH:
+        following = Position(shown[-1].transaction_id, shown[-1].position)
+    return page(
+        request,
+        "parked_list.html",
+        record=record,
+        rows=shown,
+        total=total,
+        after=after,
+        following=following,
+        privileges=privileges,
+    )
 
 
 def parked_message(request: Request) -> HTMLResponse:
-    name = _name(request)
-    at = _name(request, "at")
+    name = name_parameter(request)
+    at = name_parameter(request, "at")
+    if (refused := _sign_in_to_read(request)) is not None:
+        return refused
     with connection(request) as conn:
         privileges = operations.privileges(conn)
         if not privileges.reads_messages:
             return page(request, "no_messages.html", 403, privileges=privileges)
-        found = operations.parked_message(conn, name, at)
+        found = operations.parked_message_excerpt(conn, name, at, PAGE_CHARACTERS)
     return page(request, "parked_message.html", name=name, parked=found, privileges=privileges)
 
 
 def _tail_context(request: Request) -> dict[str, Any]:
-    publication = _name(request, "publication")
+    publication = name_parameter(request, "publication")
     with connection(request) as conn:
         privileges = operations.privileges(conn)
         messages = (
-            operations.latest_messages(conn, publication, TAIL_LENGTH)
+            operations.latest_messages(conn, publication, TAIL_LENGTH, TAIL_CHARACTERS)
             if privileges.reads_messages
             else []
         )
@@ -139,6 +194,8 @@ def _tail_context(request: Request) -> dict[str, Any]:
 
 
 def tail(request: Request) -> HTMLResponse:
+    if (refused := _sign_in_to_read(request)) is not None:
+        return refused
     context = _tail_context(request)
     if not context["privileges"].reads_messages:
         return page(request, "no_messages.html", 403, privileges=context["privileges"])
@@ -146,6 +203,8 @@ def tail(request: Request) -> HTMLResponse:
 
 
 def tail_live(request: Request) -> HTMLResponse:
+    if (refused := _sign_in_to_read(request)) is not None:
+        return refused
     context = _tail_context(request)
     if not context["privileges"].reads_messages:
         return page(request, "no_messages.html", 403, privileges=context["privileges"])

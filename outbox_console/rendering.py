@@ -57,8 +57,21 @@ def json_text(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
+def pretty_text(text: str) -> str:
+    """JSON text indented, when it is whole; a cut start of one, as it is."""
+    try:
+        return json_text(json.loads(text))
+    except ValueError:
+        return text
+
+
 ENVIRONMENT.filters.update(
-    age=age_text, rate=rate_text, place=place_text, time=time_text, json=json_text
+    age=age_text,
+    rate=rate_text,
+    place=place_text,
+    time=time_text,
+    json=json_text,
+    pretty=pretty_text,
 )
 
 

@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 
 from outbox.database_url import mask_password
 from outbox.positions import Position
+from outbox_console.database import APPLICATION_NAME, connect
 from outbox_console.history import History, Point, ShardPlace, passed_between
 from poller import operations
 from poller.waits import wait_event
@@ -106,14 +107,14 @@ class Sampler:
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self._url, autocommit=True, application_name="outbox-console"
-            )
+            self._conn = connect(self._url, autocommit=True)
         return self._conn
 
     def _read(self, conn: psycopg.Connection[Any]) -> Overview:
         privileges = operations.privileges(conn)
-        statuses = operations.status(conn)
+        # With each blocker's SQL (redacted by the view): a page shows it only to a signed-in
+        # visitor, and only for sessions in this database (reading_pages._blocker_query).
+        statuses = operations.status(conn, show_query=True)
         holders = operations.retention_holders(conn)
         publications = operations.publications(conn, with_messages=privileges.reads_messages)
         checkpoints = {
@@ -130,7 +131,7 @@ class Sampler:
         taken_at = datetime.datetime.fromtimestamp(now, datetime.UTC)
         replica = None
         if self._read_url is not None:
-            replica = operations.read_replica(conn, self._read_url, statuses, "outbox-console")
+            replica = operations.read_replica(conn, self._read_url, statuses, APPLICATION_NAME)
         return Overview(taken_at, privileges, statuses, rates, holders, publications, replica)
 
     def _rates(

@@ -2,7 +2,8 @@
 
 Every browser gets a random session id in an HttpOnly, SameSite=Strict cookie; signing in with
 a token gives it a new one (the old id, which a page may have leaked, is worth nothing) that
-this process remembers with the token's name until it is idle for IDLE_SECONDS or signs out.
+this process remembers with the token's name and role until it is idle for IDLE_SECONDS or
+signs out.
 A form's CSRF token is an HMAC of the session id under a key made at start, so it needs no
 storage and is worthless in another browser. A restart forgets every session: operators sign
 in again.
@@ -21,8 +22,15 @@ IDLE_SECONDS = 8 * 3600
 MAX_SESSIONS = 1000
 
 
-class Session(NamedTuple):
+class SignedIn(NamedTuple):
     holder: str
+    """The name of the token the session signed in with."""
+    role: str
+    """The token's role (tokens.OPERATOR or tokens.READER)."""
+
+
+class Session(NamedTuple):
+    signed_in: SignedIn
     last_seen: float
 
 
@@ -39,15 +47,15 @@ class Sessions:
         self._clock = clock
         self._signed_in: OrderedDict[str, Session] = OrderedDict()
 
-    def sign_in(self, holder: str) -> str:
-        """A new session id for `holder`."""
+    def sign_in(self, holder: str, role: str) -> str:
+        """A new session id for `holder`, signed in as `role`."""
         session_id = new_session_id()
-        self._signed_in[session_id] = Session(holder, self._clock())
+        self._signed_in[session_id] = Session(SignedIn(holder, role), self._clock())
         while len(self._signed_in) > MAX_SESSIONS:
             self._signed_in.popitem(last=False)
         return session_id
 
-    def holder(self, session_id: str | None) -> str | None:
+    def signed_in(self, session_id: str | None) -> SignedIn | None:
         """Who signed in with this session id (None: nobody, or idle too long)."""
         if session_id is None:
             return None
@@ -58,9 +66,9 @@ class Sessions:
         if now - session.last_seen > self._idle:
             del self._signed_in[session_id]
             return None
-        self._signed_in[session_id] = Session(session.holder, now)
+        self._signed_in[session_id] = Session(session.signed_in, now)
         self._signed_in.move_to_end(session_id)
-        return session.holder
+        return session.signed_in
 
     def sign_out(self, session_id: str | None) -> None:
         if session_id is not None:

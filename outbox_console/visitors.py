@@ -1,5 +1,6 @@
-"""Who is looking at a page: the session cookie, whether a token signed it in, and the CSRF
-token its forms carry. Set on every request by VisitorMiddleware."""
+"""Who is looking at a page: the session cookie, whether a token signed it in (and as a
+reader or an operator), and the CSRF token its forms carry. Set on every request by
+VisitorMiddleware."""
 
 import re
 from typing import NamedTuple
@@ -9,6 +10,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from outbox_console.sessions import Sessions, new_session_id
+from outbox_console.tokens import OPERATOR
 
 COOKIE = "outbox_console_session"
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{43}")
@@ -30,8 +32,19 @@ SECURITY_HEADERS = {
 class Visitor(NamedTuple):
     session_id: str
     holder: str | None
-    """The name of the token this session signed in with; None: read-only."""
+    """The name of the token this session signed in with; None: nobody signed in."""
+    role: str | None
+    """The token's role (tokens.READER or tokens.OPERATOR); None: nobody signed in."""
     csrf_token: str
+
+    @property
+    def reads_messages(self) -> bool:
+        """May see messages and the SQL of blocking sessions: any token signed it in."""
+        return self.role is not None
+
+    @property
+    def acts(self) -> bool:
+        return self.role == OPERATOR
 
 
 def client_text(request: Request) -> str:
@@ -52,11 +65,18 @@ class VisitorMiddleware:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
+        # Read before routing: a Mount (/static) extends the scope's root_path as it routes.
+        cookie_path = scope.get("root_path", "") or "/"
+        secure = request.url.scheme == "https"
         offered = request.cookies.get(COOKIE)
         fresh = offered is None or not _SESSION_ID.fullmatch(offered)
         session_id = new_session_id() if fresh or offered is None else offered
+        signed_in = self.sessions.signed_in(session_id)
         request.state.visitor = Visitor(
-            session_id, self.sessions.holder(session_id), self.sessions.csrf_token(session_id)
+            session_id,
+            None if signed_in is None else signed_in.holder,
+            None if signed_in is None else signed_in.role,
+            self.sessions.csrf_token(session_id),
         )
         request.state.new_session_id = session_id if fresh else None
 
@@ -67,13 +87,12 @@ class VisitorMiddleware:
                     headers.setdefault(name, value)
                 replaced = request.state.new_session_id
                 if replaced is not None:
-                    headers.append("set-cookie", _cookie(request, replaced))
+                    headers.append("set-cookie", _cookie(replaced, cookie_path, secure))
             await send(message)
 
         await self.app(scope, receive, send_with_cookie)
 
 
-def _cookie(request: Request, session_id: str) -> str:
-    path = request.scope.get("root_path", "") or "/"
-    secure = "; Secure" if request.url.scheme == "https" else ""
-    return f"{COOKIE}={session_id}; Path={path}; HttpOnly; SameSite=Strict{secure}"
+def _cookie(session_id: str, path: str, secure: bool) -> str:
+    flag = "; Secure" if secure else ""
+    return f"{COOKIE}={session_id}; Path={path}; HttpOnly; SameSite=Strict{flag}"

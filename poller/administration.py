@@ -7,6 +7,7 @@ the SQL lives in the store.
 import datetime
 import logging
 import shlex
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import psycopg
@@ -35,6 +36,11 @@ _QUOTED_LIMIT = 80
 class SubscriptionError(ValueError):
     """An operator asked for something that cannot be done now; the message says why (a
     missing subscription, a position the database refuses, a change while one drains)."""
+
+
+class NotFoundError(SubscriptionError):
+    """What the operator named does not exist: a subscription, a message, a parked message.
+    A front end that addresses things by name says so as such (the console answers 404)."""
 
 
 class RefusedValueError(SubscriptionError):
@@ -104,8 +110,8 @@ def create(
     return at
 
 
-def _missing(name: str) -> SubscriptionError:
-    return SubscriptionError(f"subscription {quoted(name)} does not exist")
+def _missing(name: str) -> NotFoundError:
+    return NotFoundError(f"subscription {quoted(name)} does not exist")
 
 
 def _checked_lookup(name: str) -> str:
@@ -394,7 +400,7 @@ def parked_target(
         None if "\x00" in message_id else AdminStore(conn).parked_position_by_id(name, message_id)
     )
     if found is None:
-        raise SubscriptionError(
+        raise NotFoundError(
             f"subscription {quoted(name)} has no parked message with id {quoted(message_id)}"
         )
     return found
@@ -410,7 +416,17 @@ def request_replay(
     conn: psycopg.Connection[Any], name: str, target: Position | None = None
 ) -> ReplayRequested:
     """Ask for the subscription's parked messages (every one, or the one at `target`) to be
-    delivered again, ahead of the stream and without moving the checkpoint.
+    delivered again, ahead of the stream and without moving the checkpoint."""
+    position = None if target is None else target.position
+    return replay_marked(conn, name, lambda: AdminStore(conn).mark_for_replay(name, position))
+
+
+def replay_marked(
+    conn: psycopg.Connection[Any],
+    name: str,
+    mark: Callable[[], list[tuple[Position, ShardUnit]]],
+) -> ReplayRequested:
+    """Ask for a replay of the parked rows `mark` marks (it returns them).
 
     The request is a mark on each parked row: the leader of the message's shard replays the
     marked rows at its next lease renewal, or, while none leads, the next leader does before
@@ -425,7 +441,7 @@ def request_replay(
         )
     store = AdminStore(conn)
     with conn.transaction():
-        marked = store.mark_for_replay(name, None if target is None else target.position)
+        marked = mark()
         if marked:
             store.request_replay(name)
     return ReplayRequested(marked, store.leader_alive(name))
@@ -454,9 +470,12 @@ class ParkedMessage(NamedTuple):
     parked_at: datetime.datetime
 
 
-def list_parked(conn: psycopg.Connection[Any], name: str, limit: int) -> list[ParkedRow]:
+def list_parked(
+    conn: psycopg.Connection[Any], name: str, limit: int, after: Position = START
+) -> list[ParkedRow]:
+    """Up to `limit` parked messages after `after`, in delivery order (a page of them)."""
     get(conn, name)
-    return [ParkedRow(*row) for row in AdminStore(conn).parked(name, limit)]
+    return [ParkedRow(*row) for row in AdminStore(conn).parked(name, limit, after)]
 
 
 def parse_place(text: str) -> Position | int:
@@ -485,10 +504,12 @@ def parked_message(conn: psycopg.Connection[Any], name: str, at: str) -> ParkedM
     row = AdminStore(conn).parked_message(name, _position_number(place))
     found = None if row is None else ParkedMessage(message_from_row(row[:-3]), *row[-3:])
     if found is None or (isinstance(place, Position) and found.message.at != place):
-        raise SubscriptionError(
-            f"subscription {quoted(name)} has no parked message at {quoted(at)}"
-        )
+        raise no_parked_message(name, at)
     return found
+
+
+def no_parked_message(name: str, at: str) -> NotFoundError:
+    return NotFoundError(f"subscription {quoted(name)} has no parked message at {quoted(at)}")
 
 
 def purge_parked(conn: psycopg.Connection[Any], name: str, target: Position | None = None) -> int:
@@ -519,7 +540,7 @@ def find_message(
         row = store.message_at(publication, at)
     if row is None:
         wanted = f"id {quoted(message_id)}" if message_id is not None else f"at {at}"
-        raise SubscriptionError(f"publication {quoted(publication)} has no message {wanted}")
+        raise NotFoundError(f"publication {quoted(publication)} has no message {wanted}")
     return message_from_row(row)
 
 

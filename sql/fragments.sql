@@ -8,6 +8,13 @@ m.transaction_id::text::bigint AS transaction_id,
 m.publication_id AS publication, m.message_id, m.message_type, m.partition_key,
 m.data::text AS data, m.headers::text AS headers, m.appended_at
 
+-- message_excerpt_columns --
+-- A message's columns as a page shows them (poller.store.operator_store.excerpt_from_row): the payload and headers as JSON text cut to %(shown)s characters, each followed by its whole length; the statement names the uncut texts `whole.data` and `whole.headers` (a lateral subquery kept apart by OFFSET 0, so each is made once).
+m.position, m.transaction_id::text::bigint AS transaction_id,
+m.publication_id AS publication, m.message_id, m.message_type, m.partition_key,
+left(whole.data, %(shown)s), length(whole.data),
+left(whole.headers, %(shown)s), length(whole.headers), m.appended_at
+
 -- source_read_columns --
 -- The columns the Spark source's slice reads send, in the order of outbox_spark.wire_batches.WIRE_SCHEMA: xid8 and jsonb as stored, because a text cast per row costs the server more than anything else in the read (the reader decodes them in Arrow), and no publication, which every row of a read shares (the reader fills it in).
 m.position, m.transaction_id, m.message_id, m.message_type, m.partition_key,

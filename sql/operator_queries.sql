@@ -3,8 +3,8 @@
 -- the console samples. In the format of queries.sql.
 
 -- role_privileges --
--- The role this session acts as; whether it may read messages (their data, headers and the errors stored with them); and whether it may change subscriptions and parked messages (seek, skip, replay, purge): the schema's owner may, outbox_poller and outbox_reader may not.
-SELECT current_user::text,
+-- The role this session acts as and its database; whether it may read messages (their data, headers and the errors stored with them); and whether it may change subscriptions and parked messages (seek, skip, replay, purge): the schema's owner may, outbox_poller and outbox_reader may not.
+SELECT current_user::text, current_database()::text,
        has_table_privilege('outbox.messages', 'SELECT'),
        has_table_privilege('outbox.subscriptions', 'UPDATE')
        AND has_table_privilege('outbox.subscription_shards', 'UPDATE')
@@ -45,11 +45,64 @@ SELECT v.consumers, v.in_flight, v.retry_queue, v.buffered
 FROM outbox.subscription_status AS v
 WHERE v.subscription_id = %(subscription)s
 
+-- parked_set --
+-- The parked messages of a subscription a replay or a purge would act on (every one, or the one at a position): how many, the last in delivery order, and a digest of their positions, which a confirmation shows and the action then checks (positions are unique, so one digest is one set of messages; md5 guards against a change, not against the operator).
+SELECT count(*),
+       md5(coalesce(string_agg(p.position::text, ',' ORDER BY p.position), '')),
+       (array_agg(p.transaction_id::text::bigint ORDER BY p.transaction_id DESC, p.position DESC))[1],
+       (array_agg(p.position ORDER BY p.transaction_id DESC, p.position DESC))[1]
+FROM outbox.parked_messages AS p
+WHERE p.subscription_id = %(subscription)s
+  AND (%(position)s::bigint IS NULL OR p.position = %(position)s)
+
+-- purge_parked_as_shown --
+-- Drops the parked messages a confirmation showed, and only while they are exactly those: the rows up to its last place in delivery order (every one, or the one at a position), locked, must give its digest, or nothing is dropped. One statement, so one snapshot: a message parked meanwhile is neither counted nor dropped. Returns the positions dropped.
+WITH shown AS (
+    SELECT p.position FROM outbox.parked_messages AS p
+    WHERE p.subscription_id = %(subscription)s
+      AND (%(position)s::bigint IS NULL OR p.position = %(position)s)
+      AND (p.transaction_id, p.position)
+          <= (%(up_to_transaction_id)s::text::xid8, %(up_to_position)s::bigint)
+    FOR UPDATE
+),
+unchanged AS (
+    SELECT FROM shown
+    HAVING md5(coalesce(string_agg(shown.position::text, ',' ORDER BY shown.position), ''))
+           = %(digest)s
+)
+DELETE FROM outbox.parked_messages AS p
+USING shown
+WHERE p.subscription_id = %(subscription)s AND p.position = shown.position
+  AND EXISTS (SELECT FROM unchanged)
+RETURNING p.position
+
+-- mark_parked_as_shown_for_replay --
+-- Asks for a replay of the parked messages a confirmation showed, and only while they are exactly those (as purge_parked_as_shown checks); returns each message's place and the shard whose leader replays it (under the current count).
+WITH shown AS (
+    SELECT p.position FROM outbox.parked_messages AS p
+    WHERE p.subscription_id = %(subscription)s
+      AND (%(position)s::bigint IS NULL OR p.position = %(position)s)
+      AND (p.transaction_id, p.position)
+          <= (%(up_to_transaction_id)s::text::xid8, %(up_to_position)s::bigint)
+    FOR UPDATE
+),
+unchanged AS (
+    SELECT FROM shown
+    HAVING md5(coalesce(string_agg(shown.position::text, ',' ORDER BY shown.position), ''))
+           = %(digest)s
+)
+UPDATE outbox.parked_messages AS p
+SET replay_requested_at = clock_timestamp()
+FROM shown, outbox.messages AS m, outbox.subscriptions AS s
+WHERE p.subscription_id = %(subscription)s AND p.position = shown.position
+  AND EXISTS (SELECT FROM unchanged)
+  AND m.position = p.position AND s.subscription_id = p.subscription_id
+RETURNING p.transaction_id::text::bigint, p.position,
+          outbox.message_shard(m.partition_key, m.position, s.shard_count), s.shard_count
+
 -- count_parked --
--- How many parked messages a subscription has: every one, or the one at a position (0 or 1).
-SELECT count(*) FROM outbox.parked_messages
-WHERE subscription_id = %(subscription)s
-  AND (%(position)s::bigint IS NULL OR position = %(position)s)
+-- How many parked messages a subscription has.
+SELECT count(*) FROM outbox.parked_messages WHERE subscription_id = %(subscription)s
 
 -- publications --
 -- Every publication: those with messages, one index probe each (a loose scan of the delivery-order index), and those a subscription names.
@@ -72,10 +125,19 @@ ORDER BY 1
 SELECT DISTINCT publication_id FROM outbox.subscriptions ORDER BY 1
 
 -- latest_messages --
--- A publication's newest messages safe to read (below the safe frontier: what a tail shows), newest first.
-SELECT {{message_columns}}
+-- A publication's newest messages safe to read (below the safe frontier: what a tail shows), newest first, their payload and headers cut to what a page shows (with their whole lengths): a page that shows 200 characters must not fetch megabytes.
+SELECT {{message_excerpt_columns}}
 FROM outbox.messages AS m
+CROSS JOIN LATERAL (SELECT m.data::text AS data, m.headers::text AS headers OFFSET 0) AS whole
 WHERE m.publication_id = %(publication)s
   AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
 ORDER BY m.transaction_id DESC, m.position DESC
 LIMIT %(limit)s
+
+-- parked_message_excerpt --
+-- One parked message of a subscription, its payload and headers cut as latest_messages cuts them, then its parked row's attempts, last error and parked time.
+SELECT {{message_excerpt_columns}}, p.attempts, p.last_error, p.parked_at
+FROM outbox.parked_messages AS p
+JOIN outbox.messages AS m ON m.position = p.position
+CROSS JOIN LATERAL (SELECT m.data::text AS data, m.headers::text AS headers OFFSET 0) AS whole
+WHERE p.subscription_id = %(subscription)s AND p.position = %(position)s

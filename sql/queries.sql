@@ -296,7 +296,7 @@ WHERE l.subscription_id = %(subscription)s AND l.shard_count = %(shard_count)s A
 RETURNING 1
 
 -- list_parked --
--- A subscription's parked messages with their type and error, oldest position first, each with its shard under the current shard count (the shard whose leader replays it) and when a replay of it was asked for (null when none waits).
+-- A subscription's parked messages after a place in delivery order (a page of them), with their type and error, in delivery order, each with its shard under the current shard count (the shard whose leader replays it) and when a replay of it was asked for (null when none waits).
 SELECT p.position, p.transaction_id::text::bigint, m.message_type, m.message_id, p.attempts,
        p.last_error, p.parked_at,
        outbox.message_shard(m.partition_key, m.position, s.shard_count), p.replay_requested_at
@@ -304,6 +304,8 @@ FROM outbox.parked_messages AS p
 JOIN outbox.messages AS m ON m.position = p.position
 JOIN outbox.subscriptions AS s ON s.subscription_id = p.subscription_id
 WHERE p.subscription_id = %(subscription)s
+  AND (p.transaction_id, p.position)
+      > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
 ORDER BY p.transaction_id, p.position
 LIMIT %(limit)s
 

@@ -7,10 +7,12 @@ its worker alike.
 The rules live in poller.administration (subscriptions, seeks, skips, parked messages),
 poller.inspection (where subscriptions stand), poller.shard_administration (a change of the
 shard count) and poller.pollable; the SQL in poller.store. Here besides: what an action would
-change (previews), what the connected role may do (privileges), reading messages, retention.
+change (previews) and the actions taken only as previewed (confirmed), what the connected role
+may do (privileges), reading messages, retention.
 """
 
 from poller.administration import (
+    NotFoundError,
     ParkedMessage,
     ParkedRow,
     RefusedValueError,
@@ -39,10 +41,19 @@ from poller.administration import (
     update_settings,
 )
 from poller.inspection import SubscriptionStatus, read_server, shards, status
+from poller.operations.confirmed import (
+    ChangedSinceShownError,
+    SkipTaken,
+    purge_as_shown,
+    replay_as_shown,
+    seek_as_shown,
+    skip_as_shown,
+)
 from poller.operations.figures import messages_between, runtime, shard_checkpoints
 from poller.operations.messages import (
     MAX_LATEST,
     latest_messages,
+    parked_message_excerpt,
     publications,
     read_messages,
     tail,
@@ -51,6 +62,7 @@ from poller.operations.previews import (
     ParkedPreview,
     SeekPreview,
     SkipPreview,
+    parked_count,
     preview_parked,
     preview_seek,
     preview_skip,
@@ -67,7 +79,7 @@ from poller.operations.retention import (
 )
 from poller.pollable import NotPollableError, check_pollable
 from poller.shard_administration import ShardChange, change_shard_count
-from poller.store.operator_store import Runtime, ShardCheckpoint
+from poller.store.operator_store import MessageExcerpt, ParkedExcerpt, Runtime, ShardCheckpoint
 from poller.store.read_server_check import ReadServerStatus
 from poller.store.rebase_store import RebaseRefusedError, RebaseResult, rebase
 from poller.store.records import Blocker, SkipRequest, SubscriptionRecord
@@ -77,7 +89,11 @@ from poller.store.shard_store import ShardLeader, ShardLeadership, ShardStatus
 __all__ = [
     "MAX_LATEST",
     "Blocker",
+    "ChangedSinceShownError",
+    "MessageExcerpt",
+    "NotFoundError",
     "NotPollableError",
+    "ParkedExcerpt",
     "ParkedMessage",
     "ParkedPreview",
     "ParkedRow",
@@ -102,6 +118,7 @@ __all__ = [
     "SkipPreview",
     "SkipRequest",
     "SkipRequested",
+    "SkipTaken",
     "SubscriptionError",
     "SubscriptionRecord",
     "SubscriptionStatus",
@@ -117,7 +134,9 @@ __all__ = [
     "list_all",
     "list_parked",
     "messages_between",
+    "parked_count",
     "parked_message",
+    "parked_message_excerpt",
     "parked_target",
     "parse_place",
     "parse_time",
@@ -127,22 +146,26 @@ __all__ = [
     "preview_skip",
     "privileges",
     "publications",
+    "purge_as_shown",
     "purge_parked",
     "quoted",
     "read_messages",
     "read_replica",
     "read_server",
     "rebase",
+    "replay_as_shown",
     "request_replay",
     "request_skip",
     "retention_holders",
     "retention_pass",
     "runtime",
     "seek",
+    "seek_as_shown",
     "seek_to_message",
     "seek_to_time",
     "shard_checkpoints",
     "shards",
+    "skip_as_shown",
     "skip_request",
     "status",
     "tail",

@@ -6,12 +6,13 @@ from typing import Any
 import psycopg
 
 from outbox.positions import Position
+from poller import administration
 from poller.catch_up.signals import Checkpoint
 from poller.catch_up.stream import Item
 from poller.catch_up.subscribe import subscribe
 from poller.message import Message
 from poller.store.message_reads import read_batch
-from poller.store.operator_store import OperatorStore
+from poller.store.operator_store import MessageExcerpt, OperatorStore, ParkedExcerpt
 
 # A page shows at most this many: more is not read in a browser, and would load the database.
 MAX_LATEST = 1000
@@ -36,12 +37,29 @@ def tail(
     )
 
 
-def latest_messages(conn: psycopg.Connection[Any], publication: str, limit: int) -> list[Message]:
+def latest_messages(
+    conn: psycopg.Connection[Any], publication: str, limit: int, shown: int
+) -> list[MessageExcerpt]:
     """The newest messages of `publication` safe to read, at most `limit` (up to MAX_LATEST),
-    in delivery order (the newest last, as a tail shows them)."""
+    in delivery order (the newest last, as a tail shows them), each payload and headers cut
+    to their first `shown` characters in the database: only what is shown is read."""
     if not 1 <= limit <= MAX_LATEST:
         raise ValueError(f"limit {limit} is not from 1 to {MAX_LATEST}")
-    return OperatorStore(conn).latest_messages(publication, limit)[::-1]
+    return OperatorStore(conn).latest_messages(publication, limit, shown)[::-1]
+
+
+def parked_message_excerpt(
+    conn: psycopg.Connection[Any], name: str, at: str, shown: int
+) -> ParkedExcerpt:
+    """The parked message at `at` (POS or TX:POS) as `parked_message` finds it, its payload
+    and headers cut to their first `shown` characters in the database."""
+    place = administration.parse_place(at)
+    administration.get(conn, name)
+    position = place if isinstance(place, int) else place.position
+    found = OperatorStore(conn).parked_message_excerpt(name, position, shown)
+    if found is None or (isinstance(place, Position) and found.message.at != place):
+        raise administration.no_parked_message(name, at)
+    return found
 
 
 def read_messages(

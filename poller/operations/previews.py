@@ -1,8 +1,10 @@
 """What an operator's action would change, said before it is taken: a front end shows it on a
-confirmation (the console's pages) and then takes exactly the action previewed.
+confirmation (the console's pages) and then takes exactly the action previewed, and only
+while it would still change that (poller.operations.confirmed).
 
-Counts are of messages safe to read now; messages a leader finished after its last stored
-checkpoint are delivered again after any seek (delivery is at least once), and are not counted.
+Counts are of messages after the stored checkpoints; messages a leader finished after its last
+stored checkpoint are delivered again after any seek (delivery is at least once), and are not
+counted, and a leader delivers some of what a skip covers before it applies the skip.
 """
 
 import datetime
@@ -26,13 +28,18 @@ class SeekPreview(NamedTuple):
     """Messages after a shard's checkpoint up to `to`: never delivered."""
     voids_skip: bool
     """A skip the leader has not finished yet ends with the seek (its epoch is over)."""
+    epoch: int
+    """The epoch the seek ends."""
 
 
 class SkipPreview(NamedTuple):
     subscription: str
     to: Position
     finished_undelivered: int
-    """Messages after a shard's checkpoint up to `to`: finished without delivery."""
+    """Messages after a shard's stored checkpoint up to `to`: at most this many are finished
+    without delivery (the leader delivers some before it applies the skip)."""
+    epoch: int
+    """The epoch the skip is asked for in (a seek meanwhile voids it)."""
 
 
 class ParkedPreview(NamedTuple):
@@ -40,6 +47,10 @@ class ParkedPreview(NamedTuple):
     target: Position | None
     """The one parked message acted on; None: every one."""
     messages: int
+    up_to: Position | None
+    """The last of them in delivery order (None: there is none)."""
+    digest: str
+    """Of their positions: the action acts only while the same messages give it."""
 
 
 def preview_seek(
@@ -63,9 +74,8 @@ def preview_seek(
         elif shard.checkpoint < at:
             passed += store.messages_between(shard.publication, shard.checkpoint, at, shard.unit)
     skip = administration.skip_request(conn, name)
-    return SeekPreview(
-        name, at, again, passed, skip is not None and skip.epoch == target.record.epoch
-    )
+    epoch = target.record.epoch
+    return SeekPreview(name, at, again, passed, skip is not None and skip.epoch == epoch, epoch)
 
 
 def preview_skip(conn: psycopg.Connection[Any], name: str, to: str) -> SkipPreview:
@@ -84,13 +94,20 @@ def preview_skip(conn: psycopg.Connection[Any], name: str, to: str) -> SkipPrevi
         for shard in shards
         if shard.checkpoint < at
     )
-    return SkipPreview(name, at, finished)
+    return SkipPreview(name, at, finished, record.epoch)
 
 
 def preview_parked(
     conn: psycopg.Connection[Any], name: str, target: Position | None
 ) -> ParkedPreview:
-    """How many parked messages a replay or a purge of `target` (None: every one) acts on."""
+    """Which parked messages a replay or a purge of `target` (None: every one) acts on."""
     administration.get(conn, name)
     position = None if target is None else target.position
-    return ParkedPreview(name, target, OperatorStore(conn).count_parked(name, position))
+    found = OperatorStore(conn).parked_set(name, position)
+    return ParkedPreview(name, target, found.messages, found.last, found.digest)
+
+
+def parked_count(conn: psycopg.Connection[Any], name: str) -> int:
+    """How many parked messages `name` has."""
+    administration.get(conn, name)
+    return OperatorStore(conn).count_parked(name)

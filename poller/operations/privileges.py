@@ -10,6 +10,8 @@ from poller.store.operator_store import OperatorStore
 
 class Privileges(NamedTuple):
     role: str
+    database: str
+    """The database connected to (blocking sessions of others belong to other tenants)."""
     reads_messages: bool
     """May read messages: their data, headers, and the errors parked with them."""
     acts: bool
@@ -19,5 +21,5 @@ class Privileges(NamedTuple):
 
 
 def privileges(conn: psycopg.Connection[Any]) -> Privileges:
-    role, reads_messages, acts = OperatorStore(conn).privileges()
-    return Privileges(role, reads_messages, acts and reads_messages)
+    role, database, reads_messages, acts = OperatorStore(conn).privileges()
+    return Privileges(role, database, reads_messages, acts and reads_messages)

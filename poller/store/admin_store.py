@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from outbox.positions import Position
+from outbox.positions import START, Position
 from outbox.queries import QUERIES
 from poller.membership import ShardUnit
 from poller.store.records import SkipRequest, SubscriptionRecord
@@ -118,9 +118,10 @@ class AdminStore:
         ).fetchone()
         return None if row is None else Position(*row)
 
-    def parked(self, name: str, limit: int) -> list[tuple[Any, ...]]:
+    def parked(self, name: str, limit: int, after: Position = START) -> list[tuple[Any, ...]]:
         return self._conn.execute(
-            QUERIES["list_parked"], {"subscription": name, "limit": limit}
+            QUERIES["list_parked"],
+            {"subscription": name, "limit": limit, **after.query_parameters("after_")},
         ).fetchall()
 
     def purge_parked(self, name: str, position: int | None) -> int:

@@ -3,51 +3,40 @@ that may not act or read sees, refusals that change nothing, the path prefix beh
 and the delivery rate the sampler measures."""
 
 import re
+import threading
+import time
 from typing import Any
 
 import psycopg
 import pytest
-from starlette.testclient import TestClient
 
 import outbox
 from outbox.positions import Position
-from outbox_console.app import create_app
-from outbox_console.config import ConsoleConfig
 from outbox_console.history import History
 from outbox_console.sampler import Sampler
-from outbox_console.tokens import Token
 from poller import operations
 from poller.daemon.options import DaemonOptions
 from poller.daemon.process.retention import retention_pass
 from tests.support.cli import outbox_command
+from tests.support.console_client import (
+    append_and_park,
+    confirm,
+    console,
+    csrf,
+    reason,
+    sampled,
+    sign_in,
+)
+from tests.support.databases import server_address, through_port
 from tests.support.partitions import billing_over_three_partitions, move_checkpoint
 from tests.support.role_logins import login_as
+from tests.support.tcp_proxy import TcpProxy
 
-SECRET = "console-page-token-0123456789"
 SECRET_DATA = "s3cret-data"
 SECRET_ERROR = "s3cret-error"
 
 
-def console(url: str, **options: Any) -> TestClient:
-    config = ConsoleConfig(url, [Token("alice", SECRET)], sample_interval=60)
-    return TestClient(create_app(config), **options)
-
-
-def csrf(page: str) -> str:
-    found = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
-    assert found, page
-    return found.group(1)
-
-
-def sign_in(client: TestClient) -> None:
-    form = client.get("/sign-in")
-    done = client.post(
-        "/sign-in", data={"csrf": csrf(form.text), "token": SECRET}, follow_redirects=False
-    )
-    assert done.status_code == 303, done.text
-
-
-def act(client: TestClient, **fields: str) -> Any:
+def act(client: Any, **fields: str) -> Any:
     return client.post("/act", data={"csrf": csrf(client.get("/").text), **fields})
 
 
@@ -75,11 +64,18 @@ def parked_count(url: str) -> int:
     return int(row[0])
 
 
+def wait_for(condition: Any, what: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} in {seconds} s"
+        time.sleep(0.02)
+
+
 def test_as_the_reader_role_the_console_shows_no_message_and_offers_no_action(
     database_url: str, parked: Position
 ) -> None:
     with login_as(database_url, "outbox_reader") as reader_url, console(reader_url) as client:
-        client.app.state.sampler.sample()  # type: ignore[attr-defined]
+        sampled(client)
         sign_in(client)  # even with a token
         pages = {
             path: client.get(path)
@@ -129,36 +125,42 @@ def test_as_the_poller_role_messages_show_but_no_action_is_offered_or_taken(
 def test_a_seek_to_a_retired_position_is_refused_on_the_page_as_on_the_command_line(
     database_url: str,
 ) -> None:
-    with billing_over_three_partitions(database_url, 100) as conn:
+    """Confirmed before retention retired the place, and taken after: the seek is refused,
+    on the confirmation drawn again as when it is posted, in the command line's words."""
+    with billing_over_three_partitions(database_url, 100) as conn, console(database_url) as client:
         row = conn.execute(
             "SELECT transaction_id::text::bigint, position FROM outbox.messages WHERE position = 5"
         ).fetchone()
         assert row is not None
         retired = str(Position(*row))
         move_checkpoint(conn, "billing", 150)
+        sign_in(client)
+        _, form = confirm(client, f"action=seek&name=billing&to={retired}")
         options = DaemonOptions(retention_minimum_age=0.001, partition_size=100)
         assert any(r.outcome == "retired" for r in retention_pass(conn, options).retired)
         before = operations.get(conn, "billing").checkpoint
-    typed = outbox_command(["seek", "billing", "--to", retired], database_url)
-    assert typed.returncode == 1
-    with console(database_url) as client:
+        typed = outbox_command(["seek", "billing", "--to", retired], database_url)
         preview = client.get(f"/confirm?action=seek&name=billing&to={retired}")
-        sign_in(client)
-        taken = act(client, action="seek", name="billing", to=retired)
+        taken = client.post("/act", data=form)
+    assert typed.returncode == 1
     for page in (preview, taken):
         assert page.status_code == 409
-        reason = re.search(r'<p id="reason" role="alert">(.*?)</p>', page.text, re.S)
-        assert reason is not None
-        assert reason.group(1).replace("&#39;", "'") in typed.stderr
-        assert "were retired by retention" in reason.group(1)
+        assert reason(page.text) in typed.stderr
+        assert "were retired by retention" in reason(page.text)
     with psycopg.connect(database_url) as conn:
         assert operations.get(conn, "billing").checkpoint == before
 
 
 @pytest.mark.usefixtures("parked")
 def test_links_and_the_session_cookie_keep_to_the_proxys_path_prefix(database_url: str) -> None:
-    with console(database_url, root_path="/outbox", base_url="https://console.example") as client:
-        client.app.state.sampler.sample()  # type: ignore[attr-defined]
+    proxied = console(
+        database_url,
+        root_path="/outbox",
+        base_url="https://console.example",
+        allowed_hosts=frozenset({"console.example"}),
+    )
+    with proxied as client:
+        sampled(client)
         overview = client.get("/")
     assert 'href="/outbox/subscription?name=billing"' in overview.text
     assert 'src="/outbox/static/console.js"' in overview.text
@@ -193,3 +195,88 @@ def test_the_delivery_rate_is_what_the_checkpoints_passed_between_two_samples(
             assert sampler.sample().rates == {"billing": 0.0}
         finally:
             sampler.close()
+
+
+def test_the_parked_list_is_paged_and_its_actions_count_every_parked_message(
+    database_url: str,
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        operations.create(conn, "billing", "orders", "start", {})
+        parked = append_and_park(conn, "billing", "orders", 1050)
+    with console(database_url) as client:
+        sign_in(client)
+        pages = [client.get("/parked?name=billing")]
+        while found := re.search(r'href="([^"]+)" id="next-page"', pages[-1].text):
+            pages.append(client.get(found.group(1).replace("&amp;", "&")))
+    listed = [
+        int(position)
+        for shown in pages
+        for position in re.findall(r'<th scope="row"><a href="[^"]+">\d+:(\d+)</a>', shown.text)
+    ]
+    assert listed == [at.position for at in parked], "every one, once, in delivery order"
+    assert len(pages) == 11
+    for shown in pages:
+        assert "1050 parked messages" in shown.text
+        assert "Replay all 1050 parked messages" in shown.text
+        assert "Purge all 1050 parked messages" in shown.text
+
+
+def test_a_page_reads_only_as_much_of_a_message_as_it_shows(database_url: str) -> None:
+    big = "x" * 1_000_000  # near the writer's limit (OUTBOX_MAX_PAYLOAD_BYTES)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        operations.create(conn, "billing", "orders", "start", {})
+        with conn.transaction():
+            outbox.append_many(
+                conn, "orders", [outbox.NewMessage("T", {"blob": "y" * 100_000}) for _ in range(20)]
+            )
+        at = append_and_park(conn, "billing", "orders", 1, blob=big)[0]
+    with (
+        TcpProxy(server_address(database_url)) as proxy,
+        console(through_port(database_url, proxy.port)) as client,
+    ):
+        sign_in(client)
+        before = proxy.bytes_to_clients
+        tail = client.get("/tail/live?publication=orders")
+        tail_read = proxy.bytes_to_clients - before
+        before = proxy.bytes_to_clients
+        shown = client.get(f"/parked/message?name=billing&at={at}")
+        page_read = proxy.bytes_to_clients - before
+    assert tail.status_code == shown.status_code == 200
+    assert tail_read < 100_000, f"the tail read {tail_read} bytes to show 21 x 200 characters"
+    assert page_read < 300_000, f"the page read {page_read} bytes of a 1 MB message"
+    assert len(shown.text) < 300_000
+    assert "The first 65,536 of 1,000,0" in shown.text, "it says the payload is cut"
+
+
+def test_a_database_that_stops_answering_leaves_no_page_hanging_nor_old_figures_unsaid(
+    database_url: str,
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        operations.create(conn, "billing", "orders", "start", {})
+    with (
+        TcpProxy(server_address(database_url)) as proxy,
+        console(through_port(database_url, proxy.port), sample_interval=0.2) as client,
+    ):
+        try:
+            sampled(client)
+            proxy.blackhole()
+            wait_for(lambda: 'id="stale"' in client.get("/live").text, "age said", 15)
+            answers: list[Any] = []
+            asking = threading.Thread(
+                target=lambda: answers.append(client.get("/subscription?name=billing")),
+                daemon=True,
+            )
+            started = time.monotonic()
+            asking.start()
+            asking.join(timeout=20)
+            assert answers, "the page still hangs after 20 s"
+            assert answers[0].status_code == 503
+            assert "database error" in reason(answers[0].text)
+            assert time.monotonic() - started < 10
+            overview = client.get("/")
+            assert "These figures are" in overview.text
+            assert "s old: the database has not answered the console since" in overview.text
+        finally:
+            # The sampler's query waits for an answer the blackhole never gives: it fails once
+            # its connection is cut, so the console can stop.
+            proxy.refuse()

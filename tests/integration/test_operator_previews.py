@@ -1,6 +1,7 @@
-"""What the operator façade says an action will change, against what the action then does;
-and what it says the connected role may do."""
+"""What the operator façade says an action will change, against what the action then does
+(only while it would still change that); and what it says the connected role may do."""
 
+import threading
 from typing import Any
 
 import psycopg
@@ -9,6 +10,7 @@ import pytest
 import outbox
 from outbox.positions import Position
 from poller import operations
+from tests.support.daemons import wait_until
 from tests.support.role_logins import login_as
 
 KEYS = 10
@@ -136,3 +138,52 @@ def test_what_a_role_may_do_is_read_from_its_privileges(
         found = operations.privileges(login)
     assert (found.reads_messages, found.acts) == (reads_messages, acts)
     assert found.role.startswith("outbox_test_login_")
+
+
+def test_a_purge_as_shown_that_meets_one_of_its_rows_going_purges_nothing(
+    database_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    """The purge waits for a row another transaction is unparking (a replay that delivered
+    it), finds it gone once that commits, and purges none of the others: not what was shown."""
+    operations.create(conn, "billing", "orders", "start", {})
+    places = append(conn, 3)
+    for at in places:
+        conn.execute(
+            "INSERT INTO outbox.parked_messages"
+            " (subscription_id, position, transaction_id, attempts, last_error)"
+            " VALUES ('billing', %s, %s::text::xid8, 1, 'failed')",
+            [at.position, str(at.transaction_id)],
+        )
+    shown = operations.preview_parked(conn, "billing", None)
+    assert (shown.messages, shown.up_to) == (3, places[-1])
+    outcome: list[object] = []
+    with psycopg.connect(database_url) as unparking, psycopg.connect(database_url) as purging:
+        unparking.execute(
+            "DELETE FROM outbox.parked_messages WHERE position = %s", [places[1].position]
+        )
+        pid = purging.info.backend_pid
+
+        def purge() -> None:
+            try:
+                outcome.append(operations.purge_as_shown(purging, shown))
+            except operations.ChangedSinceShownError as changed:
+                outcome.append(changed.now)
+
+        purger = threading.Thread(target=purge)
+        purger.start()
+        wait_until(lambda: _waits_for_a_lock(conn, pid), 10, "the purge to wait for the row")
+        unparking.commit()
+        purger.join(timeout=10)
+    assert len(outcome) == 1
+    now = outcome[0]
+    assert isinstance(now, operations.ParkedPreview), now
+    assert now.messages == 2
+    row = conn.execute("SELECT count(*) FROM outbox.parked_messages").fetchone()
+    assert row == (2,), "nothing was purged"
+
+
+def _waits_for_a_lock(conn: psycopg.Connection[Any], pid: int) -> bool:
+    row = conn.execute(
+        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]
+    ).fetchone()
+    return row is not None and row[0] == "Lock"

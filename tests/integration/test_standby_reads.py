@@ -264,7 +264,7 @@ def _console_overview(url: str, read_url: str) -> str:
     from outbox_console.config import ConsoleConfig
 
     config = ConsoleConfig(url, sample_interval=60, read_database_url=read_url)
-    with TestClient(create_app(config)) as client:
+    with TestClient(create_app(config), base_url="http://127.0.0.1") as client:
 
         def sampled() -> str | None:
             text = client.get("/live").text

@@ -29,6 +29,7 @@ def outbox_command(
     *,
     cwd: Path = PROJECT_ROOT,
     installed_script: bool = False,
+    timeout: float = 120,
     **environment: str,
 ) -> subprocess.CompletedProcess[str]:
     program = [str(OUTBOX_SCRIPT)] if installed_script else [sys.executable, "-m", "outbox_cli"]
@@ -40,7 +41,7 @@ def outbox_command(
         cwd=cwd,
         # No terminal, as in CI and scripts: a question must be refused, not waited on.
         stdin=subprocess.DEVNULL,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
 

@@ -14,7 +14,8 @@ class TcpProxy:
     `cut()` drops every open connection, as a broker killing its clients does; `refuse()`
     also stops listening, so connects are refused until `accept()`. `blackhole()` keeps every
     connection open and accepts new ones, but forwards nothing either way: a peer that stops
-    answering (a network partition), which no error ever reports.
+    answering (a network partition), which no error ever reports. `bytes_to_clients` counts
+    what the target has sent its clients: what they read from it.
     """
 
     def __init__(self, target: tuple[str, int] | str, port: int = 0) -> None:
@@ -22,6 +23,7 @@ class TcpProxy:
         self._holding = False
         self.held_from: set[int] = set()
         """The connections (by id) that sent something the blackhole dropped."""
+        self.bytes_to_clients = 0
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._listener: socket.socket | None = None
@@ -87,8 +89,10 @@ class TcpProxy:
                     end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            for source, sink, to_client in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(
+                    target=self._pump, args=(source, sink, to_client), daemon=True
+                ).start()
 
     def _connect_upstream(self) -> socket.socket:
         if isinstance(self._target, str):
@@ -105,12 +109,15 @@ class TcpProxy:
             while client.recv(65536):
                 self.held_from.add(id(client))
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, to_client: bool) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
                 if self._holding:  # read and dropped, so the sender never hears back
                     self.held_from.add(id(source))
                 else:
+                    if to_client:
+                        with self._lock:
+                            self.bytes_to_clients += len(data)
                     sink.sendall(data)
         for end in (source, sink):
             with contextlib.suppress(OSError):

@@ -36,6 +36,8 @@ QUICK = {
     "min_checkpoint_count": 1,
 }
 WAIT = 30
+# As long as a name may be (outbox.names.MAX_NAME_LENGTH), with no space to break it at.
+LONG_NAME = "long-" + "x" * 195
 
 
 @dataclass
@@ -213,6 +215,12 @@ def test_a_parked_message_shows_its_error_and_replaying_it_delivers_it(
     wait_until(lambda: at.position not in parked_positions(url, "parking"), WAIT, "unparking")
     assert "console action by token: replay 'parking'" in console.log()
 
+    # Back to the confirmation (the browser's own copy) and confirm again: nothing happens.
+    page.back()
+    wait_for_text(page, "#consequences", "1 message will be delivered again")
+    page.find_element(By.ID, "confirm-button").click()
+    wait_for_text(page, "#reason", "no confirmation stands behind this form")
+
 
 def test_seek_and_skip_change_what_the_daemon_delivers(
     deployment: Deployment, page: WebDriver
@@ -245,7 +253,7 @@ def test_seek_and_skip_change_what_the_daemon_delivers(
     page.get(console.url("/subscription?name=skipping"))
     page.find_element(By.ID, "skip-to").send_keys(str(payments[1]))
     page.find_element(By.ID, "skip-to-button").click()
-    wait_for_text(page, "#consequences", "2 messages after the checkpoint")
+    wait_for_text(page, "#consequences", "At most 2 messages after the stored checkpoint")
     page.find_element(By.ID, "confirm-button").click()
     wait_for_text(page, "#outcome", "skip to")
     deployment.daemons.start("skipping", "--lease-seconds", "2", handler=HANDLER)
@@ -338,3 +346,24 @@ def test_every_input_has_a_label_and_a_form_works_from_the_keyboard(
     wait_for_text(page, "h1", "Seek seeking to after 0:0")
     tab_to(page, "confirm-button")
     assert page.switch_to.active_element.text.startswith("Seek:")
+
+
+def test_a_name_as_long_as_names_go_keeps_the_figures_on_screen(
+    deployment: Deployment, page: WebDriver
+) -> None:
+    console = deployment.console
+    create_subscription(deployment.url, LONG_NAME, LONG_NAME)
+    sign_in(page, console)
+    overflowing = """
+        const width = document.documentElement.clientWidth;
+        return Array.from(document.querySelectorAll(arguments[0]))
+          .filter(e => e.getBoundingClientRect().right > width + 1)
+          .map(e => e.tagName + "." + e.className + ": " + e.textContent.slice(0, 40))"""
+    page.get(console.url("/"))
+    row = f'tr[data-subscription="{LONG_NAME}"]'
+    WebDriverWait(page, WAIT).until(lambda b: b.find_elements(By.CSS_SELECTOR, row))
+    assert page.execute_script(overflowing, f"{row} td, {row} th, .card, h1, h2, p") == []
+    pages = (f"/subscription?name={LONG_NAME}", f"/confirm?action=seek&name={LONG_NAME}&to=start")
+    for path in pages:
+        page.get(console.url(path))
+        assert page.execute_script(overflowing, "main *") == [], path
