@@ -22,8 +22,9 @@ from poller.store.message_reads import prepare_reader_async
 from poller.store.records import new_holder_id
 
 WRITE_CONNECTIONS = 4
-CONNECTIONS_PER_SUBSCRIPTION = WRITE_CONNECTIONS + 1
-"""What a process holds for each subscription it runs (besides its one LISTEN connection)."""
+CONNECTIONS_PER_SUBSCRIPTION = WRITE_CONNECTIONS + 2
+"""What a process holds for each subscription it runs (besides its one LISTEN connection): the
+writes', the reads' and the lease renewer's (poller/daemon/process/lease_renewer.py)."""
 
 
 class SubscriptionConnections:
