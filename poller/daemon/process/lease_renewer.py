@@ -134,13 +134,16 @@ class LeaseRenewer:
         return self._group
 
     async def leave(self) -> None:
-        """Leave the group: no renewal after this writes the membership. Waits for the leave
-        only while the database answered the last renewal: else it would not be heard (the
-        membership runs out on its own), and the graceful stop of the shards waits behind it."""
+        """Leave the group: no renewal after this writes the membership. The graceful stop of
+        the shards waits behind this, so it waits for the leave only while the database
+        answered the last renewal, and for at most `renew_every` (a renewal may be on its way
+        to a database that stopped answering): else the membership runs out on its own."""
         assert self._loop is not None, "started first"
         left = self._loop.create_future()
         if self._on_own_loop(self._ask_to_leave, left) and self._answering:
-            await left
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._every):
+                    await asyncio.shield(left)
 
     async def close(self) -> None:
         self._on_own_loop(self._stopping)
