@@ -5,11 +5,12 @@ loop most of the time (py-spy --gil: 87% of the samples for the handler threads,
 loop). Every lease of the process must still be renewed in time. One daemon process
 (bench/daemon_processes.py, `outbox poll`'s default lease of 4 s) leads all 64 shards of a
 subscription (pinned, 4 consumers, 1,000 keys); once it does, a backlog of N messages (6,000;
-OUTBOX_BENCH_LEASE_MESSAGES sets N) is committed in one transaction and drained for at most
-DRAIN_SECONDS. Once on an otherwise idle machine, once beside 2 x cores processes spinning
-on the CPU. For each: the leases lost (fencing tokens raised during the drain: each is a
-lease taken again), the extra deliveries (handler calls on a message handled before), the
-messages not delivered when the drain ended, and how long it took.
+OUTBOX_BENCH_LEASE_MESSAGES sets N) is committed in one transaction and drained, for at most
+LAST_SECONDS. Once on an otherwise idle machine, once beside 2 x cores processes spinning on
+the CPU. For each: the leases lost (fencing tokens raised during the drain: each is a lease
+taken again), the extra deliveries (handler calls on a message handled before), the messages
+not delivered after DRAIN_SECONDS (the measure the issue gave), and how long the whole drain
+took.
 """
 
 import contextlib
@@ -17,7 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
@@ -33,6 +34,7 @@ SHARDS = 64
 HANDLER_SECONDS = 0.005
 SETTINGS = {"strategy": "pinned", "consumers": 4}
 DRAIN_SECONDS = 120.0
+LAST_SECONDS = 600.0  # a loaded machine leaves the process a fraction of a core
 LEAD_TIMEOUT = 60.0
 
 IDLE = "idle machine"
@@ -43,8 +45,8 @@ LOADED = "beside 2 x cores busy processes"
 class Drain:
     lost_leases: int
     extra_deliveries: int
-    undelivered: int
-    seconds: float
+    undelivered: int  # after DRAIN_SECONDS
+    seconds: float  # until every message was delivered, or LAST_SECONDS
 
 
 @contextlib.contextmanager
@@ -71,12 +73,16 @@ def drain(url: str, name: str, count: int, iterations: int, load: int) -> Drain:
         tokens = leader_tokens(url, name)
         with cpu_load(load):
             committed_at = write_backlog(url, name, count)
-            while daemons.collect() < count and time.monotonic() < committed_at + DRAIN_SECONDS:
+            undelivered = None
+            while daemons.collect() < count and time.monotonic() < committed_at + LAST_SECONDS:
+                if undelivered is None and time.monotonic() >= committed_at + DRAIN_SECONDS:
+                    undelivered = count - len(daemons.handled)
                 time.sleep(0.1)
             ended_at = time.monotonic()
             after = leader_tokens(url, name)
         daemons.collect()
-        undelivered = count - len(daemons.handled)
+        if undelivered is None:
+            undelivered = count - len(daemons.handled)
         repeated = daemons.repeated
     lost = sum(after.get(shard, token) - token for shard, token in tokens.items())
     return Drain(lost, repeated, undelivered, ended_at - committed_at)
@@ -91,45 +97,14 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
         LOADED: drain(database_url, "lease-loaded", count, iterations, 2 * cores),
     }
     group = f"{SHARDS} shards, 1 process, {count:,} messages"
-    measurements = []
-    for variant, result in drains.items():
-        within = f"within {DRAIN_SECONDS:.0f} s"
-        measurements += [
-            Measurement(
-                f"{group}: leases lost",
-                variant,
-                result.lost_leases,
-                "leases",
-                None,
-                "aim 0",
-                higher_is_better=False,
-            ),
-            Measurement(
-                f"{group}: extra deliveries",
-                variant,
-                result.extra_deliveries,
-                "calls",
-                None,
-                "aim 0",
-                higher_is_better=False,
-            ),
-            Measurement(
-                f"{group}: undelivered",
-                variant,
-                result.undelivered,
-                "messages",
-                None,
-                f"aim 0 {within}",
-                higher_is_better=False,
-            ),
-            Measurement(
-                f"{group}: drain",
-                variant,
-                result.seconds,
-                "s",
-                IDLE,
-                within,
-                higher_is_better=False,
-            ),
-        ]
-    return measurements
+    rows: list[tuple[str, str, str, Callable[[Drain], float]]] = [
+        ("leases lost", "leases", "aim 0", lambda d: d.lost_leases),
+        ("extra deliveries", "calls", "aim 0", lambda d: d.extra_deliveries),
+        ("undelivered", "messages", f"after {DRAIN_SECONDS:.0f} s; aim 0", lambda d: d.undelivered),
+        ("drain", "s", f"until all delivered (at most {LAST_SECONDS:.0f} s)", lambda d: d.seconds),
+    ]
+    return [
+        Measurement(f"{group}: {what}", variant, value(result), unit, None, note, False)
+        for what, unit, note, value in rows
+        for variant, result in drains.items()
+    ]

@@ -220,7 +220,16 @@ class LeaseRenewer:
                     break
                 if self._leaving:
                     await self._leave(database)
-                due = await self._renew(database)
+                try:
+                    due = await self._renew(database)
+                except Exception:
+                    # A bug, not the database: no failure may end the renewals for good.
+                    log.exception(
+                        "%s: renewing the leases failed; trying again in %g s",
+                        self._name,
+                        self._every,
+                    )
+                    due = time.monotonic() + self._every
         finally:
             for left in self._leaving:
                 self._tell(left.set_result, None)
@@ -302,6 +311,7 @@ class LeaseRenewer:
         if self._overdue_said:
             log.info("%s: the leases are renewed again", self._name)
             self._overdue_said = False
+        log.debug("%s: renewed %d leases in %.3f s", self._name, len(held), now - sent_at)
         if now - sent_at > self._every:
             log.warning(
                 "%s: renewing %d leases took %.2f s (each lasts %g s after it is sent)",
