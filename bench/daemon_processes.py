@@ -75,7 +75,8 @@ class DaemonProcesses:
     """`count` children, each running the daemon on `subscription` with a handler burning
     `iterations` (see `burn`); `handled` (given, or a new dict) collects what they report,
     by message id (the first time each was handled). Use as a context manager: on the way out
-    every child stops as on SIGTERM and reports the rest."""
+    every child stops as on SIGTERM and reports the rest; `repeated` counts the handler calls
+    on a message handled before (a redelivery)."""
 
     def __init__(
         self,
@@ -91,6 +92,7 @@ class DaemonProcesses:
         # daemon afresh on a machine whose cores the running ones need.
         context.set_forkserver_preload([__name__])
         self.handled = {} if handled is None else handled
+        self.repeated = 0
         self._lock = threading.Lock()
         self._pipes: list[Pipe] = []
         self._child_ends: list[Pipe] = []
@@ -117,7 +119,10 @@ class DaemonProcesses:
 
     def _note(self, handled: Handled) -> None:
         for message_id, at in handled:
-            self.handled.setdefault(message_id, at)
+            if message_id in self.handled:
+                self.repeated += 1
+            else:
+                self.handled[message_id] = at
 
     def __enter__(self) -> "DaemonProcesses":
         for process in self._processes:

@@ -43,6 +43,11 @@ async def unless_stopped(awaitable: Awaitable[T], stop: asyncio.Event) -> T:
         stopped.cancel()
         if not work.done():
             await cancel_until_done(work, within=None)
+        if work.done() and not work.cancelled():
+            # Retrieved even when this wait is itself cancelled: work that ended by raising
+            # (a reconnect told to stop raises Stopped) would otherwise be logged at exit
+            # as an exception never retrieved.
+            work.exception()
     if work.cancelled():
         raise Stopped
     return work.result()

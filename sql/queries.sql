@@ -176,24 +176,63 @@ RETURNING token,
           coalesce((SELECT extract(epoch FROM greatest(p.expires_at - clock_timestamp(), interval '0'))
                     FROM previous AS p WHERE p.holder <> %(holder)s), 0)::float8
 
--- renew_leadership --
--- Extends the lease if this holder still has it; returns the subscription's epoch, the shard's checkpoint, settings, requests and shard layout so seeks, updates and shard-count changes are noticed.
-UPDATE outbox.subscription_leaders AS l
-SET expires_at = clock_timestamp() + %(ttl_seconds)s * interval '1 second'
+-- renew_process_leases --
+-- One process's renewal of all it holds of a subscription, in one statement (its renewer runs it every renew_every, see poller/daemon/process/lease_renewer.py): extends each lease named that the process still holds (its holder and that fencing token: also one that expired meanwhile, as nobody took it then: a taking changes the holder or raises the token) and records the runtime figures given with it (null: kept); renews the process's membership of a sharded subscription's group until it leaves (a plain subscription's processes compete for its one lease and need no row: none is written, no second commit to flush every second, and this member's expiry is reported as if renewed) and forgets members gone for a minute; returns one row per lease named (one with null lease columns when none is), saying whether it was renewed, with its shard's checkpoint, the subscription's epoch, settings, requests and shard layout (so seeks, updates and shard-count changes are noticed), every other member with when its membership runs out, this one's, and the database's clock as seconds since the epoch. No row when the subscription is gone.
+WITH named AS (
+    SELECT * FROM unnest(%(shard_counts)s::integer[], %(shards)s::integer[], %(tokens)s::bigint[],
+                         %(runtimes)s::text[]::jsonb[]) AS n(shard_count, shard, token, runtime)
+),
+renewed AS (
+    UPDATE outbox.subscription_leaders AS l
+    SET expires_at = clock_timestamp() + %(ttl_seconds)s * interval '1 second',
+        runtime = coalesce(n.runtime, l.runtime),
+        runtime_at = CASE WHEN n.runtime IS NULL THEN l.runtime_at ELSE clock_timestamp() END
+    FROM named AS n
+    WHERE l.subscription_id = %(subscription)s
+      AND l.shard_count = n.shard_count AND l.shard = n.shard
+      AND l.token = n.token AND l.holder = %(holder)s
+    RETURNING l.shard_count, l.shard
+),
+mine AS (
+    INSERT INTO outbox.subscription_members AS m (subscription_id, member, host, pid, expires_at)
+    SELECT s.subscription_id, %(holder)s, %(host)s, %(pid)s,
+           clock_timestamp() + %(ttl_seconds)s * interval '1 second'
+    FROM outbox.subscriptions AS s
+    WHERE s.subscription_id = %(subscription)s AND %(member)s
+      AND (s.shard_count > 1 OR s.draining_shard_count IS NOT NULL)
+    ON CONFLICT (subscription_id, member) DO UPDATE SET expires_at = excluded.expires_at
+    RETURNING extract(epoch FROM m.expires_at)::float8 AS expires_at
+),
+gone AS (
+    DELETE FROM outbox.subscription_members
+    WHERE subscription_id = %(subscription)s
+      AND expires_at < clock_timestamp() - interval '1 minute'
+)
+SELECT n.shard_count, n.shard, n.token, r.shard IS NOT NULL,
+       s.epoch,
+       coalesce(sh.last_processed_transaction_id, s.last_processed_transaction_id)::text::bigint,
+       coalesce(sh.last_processed_position, s.last_processed_position),
+       s.settings, s.replay_requests,
+       s.skip_to_transaction_id::text::bigint, s.skip_to_position, s.skip_epoch,
+       s.shard_count, s.draining_shard_count,
+       s.shard_barrier_transaction_id::text::bigint, s.shard_barrier_position,
+       array(SELECT m.member FROM outbox.subscription_members AS m
+             WHERE m.subscription_id = s.subscription_id AND m.member <> %(holder)s
+             ORDER BY m.member),
+       array(SELECT extract(epoch FROM m.expires_at)::float8
+             FROM outbox.subscription_members AS m
+             WHERE m.subscription_id = s.subscription_id AND m.member <> %(holder)s
+             ORDER BY m.member),
+       coalesce((SELECT expires_at FROM mine),
+                extract(epoch FROM clock_timestamp())::float8 + %(ttl_seconds)s),
+       extract(epoch FROM clock_timestamp())::float8
 FROM outbox.subscriptions AS s
+LEFT JOIN named AS n ON true
+LEFT JOIN renewed AS r ON r.shard_count = n.shard_count AND r.shard = n.shard
 LEFT JOIN outbox.subscription_shards AS sh
        ON sh.subscription_id = s.subscription_id
-      AND sh.shard_count = %(shard_count)s AND sh.shard = %(shard)s
-WHERE l.subscription_id = %(subscription)s AND s.subscription_id = l.subscription_id
-  AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
-  AND l.token = %(token)s AND l.holder = %(holder)s
-RETURNING s.epoch,
-          coalesce(sh.last_processed_transaction_id, s.last_processed_transaction_id)::text::bigint,
-          coalesce(sh.last_processed_position, s.last_processed_position),
-          s.settings, s.replay_requests,
-          s.skip_to_transaction_id::text::bigint, s.skip_to_position, s.skip_epoch,
-          s.shard_count, s.draining_shard_count,
-          s.shard_barrier_transaction_id::text::bigint, s.shard_barrier_position
+      AND sh.shard_count = n.shard_count AND sh.shard = n.shard
+WHERE s.subscription_id = %(subscription)s
 
 -- release_leadership --
 -- Gives the lease up at shutdown so a standby takes over at once.
@@ -285,14 +324,6 @@ DELETE FROM outbox.parked_messages AS p
 USING fenced
 WHERE p.subscription_id = fenced.subscription_id AND p.position = %(position)s
   AND p.parked_at = %(parked_at)s
-RETURNING 1
-
--- write_runtime --
--- Records the leader's runtime figures (consumers, in flight, buffered...) without a checkpoint move, only for the current leader.
-UPDATE outbox.subscription_leaders AS l
-SET runtime = %(runtime)s::jsonb, runtime_at = clock_timestamp()
-WHERE l.subscription_id = %(subscription)s AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
-  AND l.token = %(token)s AND l.holder = %(holder)s
 RETURNING 1
 
 -- list_parked --

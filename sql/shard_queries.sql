@@ -169,38 +169,6 @@ WHERE s.subscription_id = %(subscription)s
   AND (s.last_processed_transaction_id, s.last_processed_position)
       <= (dropped.last_processed_transaction_id, dropped.last_processed_position)
 
--- renew_membership --
--- Keeps this process a member of a sharded subscription's group (and forgets members gone for a minute); returns the subscription's shard layout, every member with when its membership runs out, and the database's clock, all as seconds since the epoch. No row when the subscription is gone. A plain subscription's members compete for its one lease and need no row: nothing is written then (no commit to flush every second beside the lease's), and this member's own expiry is reported as if renewed.
-WITH mine AS (
-    INSERT INTO outbox.subscription_members AS m (subscription_id, member, host, pid, expires_at)
-    SELECT s.subscription_id, %(member)s, %(host)s, %(pid)s,
-           clock_timestamp() + %(ttl_seconds)s * interval '1 second'
-    FROM outbox.subscriptions AS s
-    WHERE s.subscription_id = %(subscription)s
-      AND (s.shard_count > 1 OR s.draining_shard_count IS NOT NULL)
-    ON CONFLICT (subscription_id, member) DO UPDATE SET expires_at = excluded.expires_at
-    RETURNING extract(epoch FROM m.expires_at)::float8 AS expires_at
-),
-gone AS (
-    DELETE FROM outbox.subscription_members
-    WHERE subscription_id = %(subscription)s
-      AND expires_at < clock_timestamp() - interval '1 minute'
-)
-SELECT s.shard_count, s.draining_shard_count,
-       s.shard_barrier_transaction_id::text::bigint, s.shard_barrier_position,
-       array(SELECT m.member FROM outbox.subscription_members AS m
-             WHERE m.subscription_id = s.subscription_id AND m.member <> %(member)s
-             ORDER BY m.member),
-       array(SELECT extract(epoch FROM m.expires_at)::float8
-             FROM outbox.subscription_members AS m
-             WHERE m.subscription_id = s.subscription_id AND m.member <> %(member)s
-             ORDER BY m.member),
-       coalesce((SELECT expires_at FROM mine),
-                extract(epoch FROM clock_timestamp())::float8 + %(ttl_seconds)s),
-       extract(epoch FROM clock_timestamp())::float8
-FROM outbox.subscriptions AS s
-WHERE s.subscription_id = %(subscription)s
-
 -- leave_membership --
 -- A process that stops leaves its subscription's group at once, so the others take its shards without waiting for its membership to run out.
 DELETE FROM outbox.subscription_members

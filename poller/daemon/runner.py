@@ -106,7 +106,11 @@ async def run_daemon(
     coordinators = [
         SubscriptionCoordinator(
             functools.partial(
-                PostgresSubscriptionDatabase, database_url, options.read_database_url, name
+                PostgresSubscriptionDatabase,
+                database_url,
+                options.read_database_url,
+                name,
+                options=options,
             ),
             name,
             handler,

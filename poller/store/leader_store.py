@@ -4,9 +4,10 @@ A shard's leader runs the same statements for its shard, and its own parked set 
 checkpoint (poller/store/shard_reads.py) where its layout has more than one shard; its reads
 go through the read its process shares among the shards it leads (`ShardReader`).
 
-The leader writes on one connection (lease renewals, checkpoints, parked rows) and reads on
-another: a checkpoint commit (an fsync) or a renewal would otherwise hold the next read back
-and show in the latency tail. Both are the subscription's in this process, shared by the
+The leader writes on one connection (checkpoints, parked rows) and reads on another: a
+checkpoint commit (an fsync) would otherwise hold the next read back and show in the latency
+tail. Its lease is renewed elsewhere, with every other lease of its process
+(poller/store/lease_renewal.py). Both are the subscription's in this process, shared by the
 shards it leads (poller/daemon/process/shared_connection.py), so no statement here opens a
 transaction block on them. The term (poller.daemon.term.leadership_term) only coordinates.
 """
@@ -29,7 +30,6 @@ from poller.store.message_reads import message_from_row
 from poller.store.read_server_check import server_state_async
 from poller.store.records import (
     Lease,
-    LeaseState,
     ReplayRequest,
     SkipRequest,
     SubscriptionRecord,
@@ -174,14 +174,6 @@ class LeaderStore:
 
     # Leadership ---------------------------------------------------------------------------
 
-    async def renew(self) -> LeaseState | None:
-        """The subscription as stored now, or None when another process took the lease."""
-        cursor = await self._conn.execute(
-            QUERIES["renew_leadership"], self.lease.query_parameters()
-        )
-        row = await cursor.fetchone()
-        return None if row is None else LeaseState.from_row(row)
-
     async def release(self) -> None:
         await self._conn.execute(QUERIES["release_leadership"], self.lease.query_parameters())
 
@@ -248,14 +240,6 @@ class LeaderStore:
                 "position": position.position,
                 "parked_at": parked_at,
             },
-        )
-        return await cursor.fetchone() is not None
-
-    async def write_runtime(self, runtime: dict[str, Any]) -> bool:
-        """False when fenced out."""
-        cursor = await self._conn.execute(
-            QUERIES["write_runtime"],
-            {**self.lease.query_parameters(), "runtime": json.dumps(runtime)},
         )
         return await cursor.fetchone() is not None
 

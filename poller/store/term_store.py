@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from outbox.positions import Position
 from outbox.read_servers import ServerState
 from poller.message import Message
-from poller.store.records import Lease, LeaseState, ReplayRequest, SkipRequest
+from poller.store.records import Lease, ReplayRequest, SkipRequest
 
 
 class TermStore(Protocol):
@@ -56,10 +56,7 @@ class TermStore(Protocol):
 
     async def finish_shard_change(self) -> bool: ...
 
-    # The lease ----------------------------------------------------------------------------
-
-    async def renew(self) -> LeaseState | None:
-        """The subscription as stored now, or None when another process took the lease."""
+    # The lease (renewed by the process's renewer: poller/daemon/term/lease_watch.py) ------
 
     async def release(self) -> None: ...
 
@@ -80,9 +77,6 @@ class TermStore(Protocol):
 
     async def unpark(self, position: Position, parked_at: datetime.datetime) -> bool:
         """False when fenced out, or that row is gone or was parked anew."""
-
-    async def write_runtime(self, runtime: dict[str, Any]) -> bool:
-        """False when fenced out."""
 
     async def settle_skip_request(self, request: SkipRequest) -> bool:
         """Clear `request` once the stored checkpoint reached it or a seek voided it."""

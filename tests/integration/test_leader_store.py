@@ -62,7 +62,6 @@ async def test_a_former_leader_writes_nothing_after_a_takeover(database_url: str
     assert current.lease.token == 2
 
     assert await former.park(0, message, 1, "late") is None
-    assert not await former.write_runtime({"consumers": 1})
     assert not await former.write_checkpoint(0, message.at, {})
     assert parked_rows(database_url) == []
 

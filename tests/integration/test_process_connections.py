@@ -1,6 +1,6 @@
 """A process's cost in connections is fixed per subscription, whatever the number of shards it
 leads (poller/daemon/process/subscription_connections.py): 64 shards in one process on a
-server's default max_connections of 100 deliver everything, in order per key, on at most five
+server's default max_connections of 100 deliver everything, in order per key, on at most six
 connections plus the LISTEN one. Before, a process held two per shard plus three: 131 here."""
 
 import time

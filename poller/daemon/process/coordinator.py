@@ -1,8 +1,9 @@
 """One subscription in a daemon process: this process's membership of the subscription's
 group, and a worker (worker.py) for each shard the assignment gives this process.
 
-Every `renew_every` the coordinator renews its membership, which returns the layout and the
-live members; poller.membership.assign deals the shards out. A shard given to this process
+Every `renew_every` the process's lease renewer (lease_renewer.py) renews its membership with
+its leases, which returns the layout and the live members; poller.membership.assign deals the
+shards out. A shard given to this process
 gets a worker; a shard taken away has its worker stopped gracefully (its runs finished, its
 checkpoint written, its lease released), and the process it went to, which has been trying its
 lease meanwhile, takes it then. A process that stops leaves the group at once (SIGTERM); one
@@ -92,27 +93,26 @@ class SubscriptionCoordinator:
         SUBSCRIPTION.set(self._subscription_id)  # this task's context: see log_context
         self._database = self._open_database(stop)
         self._holder = self._database.holder
-        membership: MembershipConnection | None = None
         checked = False
         try:
             while not stop.is_set():
                 try:
-                    membership = await self._database.membership(stop)
                     if not checked:
-                        if not await self._pollable(membership):
+                        if not await self._pollable(await self._database.membership(stop)):
                             return
                         checked = True
-                    state = await self._renew(membership)
+                    # The group as the renewer's last renewal found it, or its next one.
+                    state = await self._database.renewer.membership(stop)
                 except Stopped:
                     return  # told to stop while the database was unreachable
                 except psycopg.OperationalError as error:
-                    # Keep the shards: each worker watches its own lease.
                     log.warning(
-                        "%s: cannot renew membership: %s",
+                        "%s: cannot load the subscription: %s",
                         self._subscription_id,
                         failure_line(error),
                     )
                 else:
+                    self._metrics.database_answered()
                     if state is None:
                         log.error(
                             "%s: the subscription was deleted; its worker stops",
@@ -127,9 +127,8 @@ class SubscriptionCoordinator:
             # one the moment its shard's graceful stop releases it. Cancelled (a database
             # that does not answer, see runner.py), the shards are stopped and cancelled too.
             try:
-                if membership is not None and not membership.closed:
-                    with contextlib.suppress(psycopg.Error):
-                        await membership.leave_membership()
+                with contextlib.suppress(psycopg.Error):
+                    await self._database.renewer.leave()
             finally:
                 try:
                     await self._stop_all()
@@ -153,11 +152,6 @@ class SubscriptionCoordinator:
             log.error("%s; its worker stops", error)
             return False
         return True
-
-    async def _renew(self, membership: MembershipConnection) -> GroupState | None:
-        state = await membership.renew_membership(self._options.lease_seconds)
-        self._metrics.database_answered()
-        return state
 
     def _follow(self, state: GroupState, stop: asyncio.Event) -> None:
         """Start workers for the shards given to this process, stop the others'."""

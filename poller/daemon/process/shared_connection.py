@@ -1,8 +1,9 @@
 """One connection that a subscription's tasks in a process take turns on.
 
-A process holds a fixed number of connections per subscription, however many shards it leads:
-one to the database (membership, every shard's lease, checkpoints and parked rows) and one for
-reads (the shards' shared read, see shared_reads.py), plus the process's LISTEN connection.
+A process holds a fixed number of connections per subscription, however many shards it leads
+(subscription_connections.py): to the database for its shards' writes, one for reads (the
+shards' shared read, see shared_reads.py) and the lease renewer's, plus the process's LISTEN
+connection.
 psycopg serialises the statements of tasks sharing an async connection, and each of these
 statements is a transaction of its own (autocommit): none may open a transaction block on it,
 which would take the other tasks' statements in (see LeaderStore.finish_shard_change).

@@ -1,9 +1,10 @@
 """The connections a process keeps for one subscription, whatever the number of shards it
-leads: four to the database (membership, and the shards' leases, checkpoints and parked rows,
-a shard's on the least used one) and one to read messages from (the database, or the
-hot standby of --read-database-url), shared by its shards' terms (shared_connection.py), with
-the one read its shards share (shared_reads.py). Each opens when first asked for, so a process
-that leads one shard, or only stands by, holds one or two.
+leads: four to the database (the shards' lease takings, checkpoints and parked rows, a
+shard's on the least used one) and one to read messages from (the database, or the hot
+standby of --read-database-url), shared by its shards' terms (shared_connection.py), with the
+one read its shards share (shared_reads.py). Each opens when first asked for, so a process
+that leads one shard, or only stands by, holds one or two. The lease renewer keeps one more,
+on its own thread (lease_renewer.py): every lease and the membership, renewed in one statement.
 
 Four for writes, not one: under a CPU-bound `def` handler each statement's answer waits for the
 event loop to get the GIL back from the handler threads, and the statements of 16 shards queued
@@ -22,8 +23,9 @@ from poller.store.message_reads import prepare_reader_async
 from poller.store.records import new_holder_id
 
 WRITE_CONNECTIONS = 4
-CONNECTIONS_PER_SUBSCRIPTION = WRITE_CONNECTIONS + 1
-"""What a process holds for each subscription it runs (besides its one LISTEN connection)."""
+CONNECTIONS_PER_SUBSCRIPTION = WRITE_CONNECTIONS + 2
+"""What a process holds for each subscription it runs (besides its one LISTEN connection): the
+writes', the reads' and the lease renewer's (poller/daemon/process/lease_renewer.py)."""
 
 
 class SubscriptionConnections:
@@ -45,7 +47,7 @@ class SubscriptionConnections:
             SharedConnection(Reconnector(database_url, self.holder, subscription_id, stop=stop))
             for _ in range(WRITE_CONNECTIONS)
         ]
-        # The membership's.
+        # The coordinator's, to load the subscription as it starts.
         self.writes = self._writes[0]
         self._writes_of: dict[ShardUnit, int] = {}
         # Sorts off, UTC: see prepare_reader_async.

@@ -2,8 +2,9 @@
 process ask of the database.
 
 PostgresSubscriptionDatabase (postgres_database.py) runs each as a statement on the process's
-connections for the subscription (subscription_connections.py); the unit tests drive a real
-coordinator and real workers through an in-memory fake of the same methods.
+connections for the subscription (subscription_connections.py), and the renewals on the
+renewer's (lease_renewer.py); the unit tests drive a real coordinator, real workers and a real
+renewer through an in-memory fake of the same methods.
 
 An attempt first asks for its connection (`membership`, `shard`: Stopped once told to stop
 while the database is unreachable), then runs its statements on it until one finds it lost
@@ -14,26 +15,17 @@ import asyncio
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from poller.daemon.process.lease_renewer import LeaseRenewer
 from poller.membership import Layout, ShardUnit
-from poller.store.membership_store import GroupState
 from poller.store.records import Lease, SubscriptionRecord
 from poller.store.term_store import TermStore
 
 
 class MembershipConnection(Protocol):
-    """The process's membership of the subscription's group, on the connection it renews on."""
-
-    @property
-    def closed(self) -> bool:
-        """The connection was lost: leaving the group on it would not be heard."""
+    """The connection the coordinator checks the subscription on as it starts."""
 
     async def load_subscription(self, lease: Lease) -> SubscriptionRecord | None:
         """The subscription as `lease`'s shard starts it; None when it does not exist."""
-
-    async def renew_membership(self, ttl_seconds: float) -> GroupState | None:
-        """The layout and the live members; None when the subscription is gone."""
-
-    async def leave_membership(self) -> None: ...
 
 
 class ShardConnection(Protocol):
@@ -63,6 +55,11 @@ class SubscriptionDatabase(Protocol):
     @property
     def holder(self) -> str:
         """The process's member id in the subscription's group, and every lease's holder."""
+
+    @property
+    def renewer(self) -> LeaseRenewer:
+        """Renews every lease the process holds of the subscription, and its membership, on
+        a thread and a connection of its own; the coordinator takes the group from it."""
 
     @property
     def not_before(self) -> dict[ShardUnit, float]:

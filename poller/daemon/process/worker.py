@@ -24,7 +24,8 @@ from poller.daemon.log_context import LEADER_TOKEN, SHARD, SUBSCRIPTION
 from poller.daemon.options import DaemonOptions
 from poller.daemon.process.subscription_database import ShardConnection, SubscriptionDatabase
 from poller.daemon.reporting.metrics import SubscriptionMetrics
-from poller.daemon.term.leadership_term import LeadershipLost, LeadershipTerm
+from poller.daemon.term.leadership_term import LeadershipTerm
+from poller.daemon.term.lease_watch import LeadershipLost, LeaseWatch
 from poller.daemon.term.notify_listener import NotifyListener
 from poller.daemon.term.self_fence import SelfFence
 from poller.membership import ONLY_SHARD, ShardUnit
@@ -85,26 +86,29 @@ class SubscriptionWorker:
                 if fence is None:
                     return
                 LEADER_TOKEN.set(self._lease.token)
-                record = await self._load(shard)
-                if not record.layout.has(self._lease.unit):
-                    # The shard count changed since the coordinator looked: not ours.
-                    await shard.release()
-                    return
-                async with shard.term_store(record.layout) as store:
-                    self._failure_pause.succeeded(time.monotonic())
-                    self._lost_pause.succeeded(time.monotonic())
-                    session = LeadershipTerm(
-                        store,
-                        fence,
-                        record,
-                        self._caller,
-                        self._options,
-                        self._notifications,
-                        stop,
-                        shutdown,
-                        self._metrics,
-                    )
-                    await session.run()
+                # Renewed by the process's renewer from now until the term ends.
+                lease = LeaseWatch(self._lease, fence)
+                with self._database.renewer.holding(lease):
+                    record = await self._load(shard)
+                    if not record.layout.has(self._lease.unit):
+                        # The shard count changed since the coordinator looked: not ours.
+                        await shard.release()
+                        return
+                    async with shard.term_store(record.layout) as store:
+                        self._failure_pause.succeeded(time.monotonic())
+                        self._lost_pause.succeeded(time.monotonic())
+                        session = LeadershipTerm(
+                            store,
+                            lease,
+                            record,
+                            self._caller,
+                            self._options,
+                            self._notifications,
+                            stop,
+                            shutdown,
+                            self._metrics,
+                        )
+                        await session.run()
                 if not session.restart_requested:
                     return
             except Stopped:

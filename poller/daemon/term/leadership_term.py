@@ -2,20 +2,22 @@
 the driver around the pure state machine.
 
 Reads feed `messages_read`; the outcomes of each run of deliveries feed `finished` at once; a
-ticker feeds `tick` and the starts of running handlers, and renews the lease. Deliver commands
+ticker feeds `tick` and the starts of running handlers, and applies what each renewal of the
+lease brings (the process's renewer renews it: lease_watch.py). Deliver commands
 go to the consumers' queues at once (consumers.py); every command that writes
 (park, unpark, checkpoint) goes through one queue and one task, so writes happen in the order
 the machine emitted them. The term ends when the process stops (graceful: in-flight handlers
 finish, the final checkpoint is written), or when the lease or the connection is lost
-(abrupt: nothing more is written; the next leader resumes from the stored checkpoint).
+(abrupt: nothing more is written; the next leader resumes from the stored checkpoint). A
+lease not confirmed in time does not end it: it starts nothing until a renewal finds the lease
+still its own, then goes on.
 """
 
 import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 from outbox.positions import readable
 from poller.daemon.delivery.consumers import Consumers
@@ -24,15 +26,15 @@ from poller.daemon.delivery.runs import Run
 from poller.daemon.options import DaemonOptions
 from poller.daemon.reporting.metrics import SubscriptionMetrics
 from poller.daemon.term.hidden_rows import HiddenRows
+from poller.daemon.term.lease_watch import LeaseWatch
 from poller.daemon.term.notify_listener import NotifyListener
 from poller.daemon.term.operator_requests import OperatorRequests
 from poller.daemon.term.other_shards import OtherShards
 from poller.daemon.term.poll_interval import AdaptiveInterval
-from poller.daemon.term.self_fence import SelfFence
 from poller.daemon.term.term_writes import TermWrites, WriteCommand
 from poller.membership import Layout
 from poller.message import Message
-from poller.store.records import SubscriptionRecord, settings_from_stored
+from poller.store.records import LeaseState, SubscriptionRecord, settings_from_stored
 from poller.store.term_store import TermStore
 from poller.subscription import (
     Command,
@@ -44,8 +46,6 @@ from poller.subscription import (
 from poller.waits import cancel_until_done
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 CANCELLING = 1.0
 """Seconds a statement given up on gets to end when cancelled (see cancel_until_done)."""
@@ -61,15 +61,11 @@ def until_next_tick(now: float, every: float) -> float:
     return every - now % every
 
 
-class LeadershipLost(Exception):  # noqa: N818 - an event the worker handles, not a bug
-    """Another process holds the subscription now; stop without writing anything."""
-
-
 class LeadershipTerm:
     def __init__(
         self,
         store: TermStore,
-        fence: SelfFence,
+        lease: LeaseWatch,
         record: SubscriptionRecord,
         caller: HandlerCaller,
         options: DaemonOptions,
@@ -82,7 +78,9 @@ class LeadershipTerm:
         `shutdown` says the process stops, which bounds the wait for handler calls."""
         self._store = store
         self._metrics = metrics
-        self._fence = fence
+        self._lease = lease
+        self._fence = lease.fence
+        self._lapsed = False  # the lease was not confirmed in time: said once (see _tick_loop)
         self._record = record
         self._caller = caller
         self._options = options
@@ -257,6 +255,10 @@ class LeadershipTerm:
     async def _execute(self, run: Run) -> None:
         if (wait := self._fence.wait_before_start(time.monotonic())) > 0:
             await asyncio.sleep(wait)  # the previous leader's lease has not run out yet
+        # A lease not confirmed in time: the run waits for a renewal that finds it still this
+        # term's, rather than be handed to a thread that may not start it (its deliveries
+        # withdrawn and handed out again at once, over and over).
+        await self._lease.confirmed()
         await self._caller(run, self._may_start)
 
     def _may_start(self, command: Deliver) -> bool:
@@ -299,48 +301,45 @@ class LeadershipTerm:
     # Ticking and renewing -----------------------------------------------------------------
 
     async def _tick_loop(self) -> None:
-        next_renewal = time.monotonic() + self._options.renew_every
         tick = self._options.tick_every
         while True:
             await asyncio.sleep(until_next_tick(asyncio.get_running_loop().time(), tick))
-            if self._fence.lapsed(time.monotonic()):
-                # No renewal got through in time (the database is unreachable or slow): stop
-                # before a standby may start this subscription's keys.
-                raise LeadershipLost("no renewal of the lease got through in time")
             self._watch_runs(time.monotonic())
             # Room also appears without any handler outcome (a seek drops the buffer).
             self._wake_reader_if_room()
-            if time.monotonic() >= next_renewal:
-                await self._renew()
-                if not await self._before_lapse(self._term_writes.write_runtime_if_changed()):
-                    raise LeadershipLost("another process holds the lease")
-                next_renewal = time.monotonic() + self._options.renew_every
+            self._say_lapses(time.monotonic())
+            # Raises LeadershipLost once a renewal found the lease taken, or none was
+            # answered before it could run out.
+            if (state := self._lease.news()) is not None:
+                await self._follow(state)
+                if (runtime := self._term_writes.runtime_if_changed()) is not None:
+                    self._lease.give_runtime(runtime)  # written by the next renewal
 
-    async def _before_lapse(self, statement: Awaitable[T]) -> T:
-        """`statement` (the lease's renewal, the runtime figures that follow it), given up
-        once the lease has run out on the server (the last renewal sent plus lease_seconds;
-        deliveries already stopped a renewal interval before, see self_fence.py): a database
-        that stops answering (a partition) would otherwise hold the ticker, and the term with
-        it, until TCP gives up."""
-        work = asyncio.ensure_future(statement)
-        try:
-            left = self._fence.valid_until + self._fence.margin - time.monotonic()
-            await asyncio.wait({work}, timeout=max(0.0, left))
-        finally:
-            if not work.done():
-                await cancel_until_done(work, within=CANCELLING)
-        if work.cancelled():
-            raise LeadershipLost(
-                "the database did not answer the lease's renewal before it could run out"
-            )
-        return work.result()
+    def _say_lapses(self, now: float) -> None:
+        """Deliveries stop while the lease is not confirmed in time (self_fence.py): say when
+        that begins and ends, which a renewal that finds the lease still this term's does."""
+        lapsed = self._fence.lapsed(now)
+        if lapsed != self._lapsed:
+            self._lapsed = lapsed
+            if lapsed:
+                log.warning(
+                    "%s: no renewal of the lease was confirmed in time; no delivery starts"
+                    " until one is",
+                    self._record.subscription_id,
+                )
+            else:
+                log.info(
+                    "%s: the lease is confirmed again (nobody took it); deliveries go on",
+                    self._record.subscription_id,
+                )
 
     async def _renew(self) -> None:
-        sent_at = time.monotonic()
-        state = await self._before_lapse(self._store.renew())
-        if state is None:
-            raise LeadershipLost("another process holds the lease")
-        self._fence.renewed(sent_at)
+        """A renewal now (asked of the process's renewer), and what it brings applied."""
+        await self._follow(await self._lease.renewed())
+
+    async def _follow(self, state: LeaseState) -> None:
+        """Apply what a renewal found: a seek, new settings, a change of the shard layout,
+        operator requests."""
         self._metrics.database_answered()
         now = time.monotonic()
         if state.epoch > self.machine.epoch:

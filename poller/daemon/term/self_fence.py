@@ -47,6 +47,8 @@ class SelfFence:
         )
 
     def renewed(self, sent_at: float) -> None:
+        """A renewal sent at `sent_at` extended the lease (on the renewer's thread: the
+        handler threads read `valid_until`, a float, as it is)."""
         self.valid_until = max(self.valid_until, sent_at + self.lease_seconds - self.margin)
 
     def wait_before_start(self, now: float) -> float:
@@ -56,6 +58,11 @@ class SelfFence:
     def lapsed(self, now: float) -> bool:
         """No renewal came through in time: this process may no longer be the leader."""
         return now >= self.valid_until
+
+    def ran_out(self, now: float) -> bool:
+        """No renewal was confirmed for a whole lease since the last one was sent: unless one
+        still on its way extended it, the lease has run out on the server."""
+        return now >= self.valid_until + self.margin
 
     def may_start(self, now: float) -> bool:
         return self.not_before <= now < self.valid_until

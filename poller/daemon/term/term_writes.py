@@ -1,7 +1,7 @@
 """A term's writes, in the order the machine emitted them: parks, deletions of replayed
-parked rows, checkpoints, and the runtime figures that go out with them. Every one is fenced
-in SQL; a refused write asks the term to renew, which tells why (raises when the lease is lost,
-applies a seek, or ends the term when the shard layout changed)."""
+parked rows, checkpoints, and the runtime figures that go out with them (and with renewals).
+Every one is fenced in SQL; a refused write asks the term to renew, which tells why (raises
+when the lease is lost, applies a seek, or ends the term when the shard layout changed)."""
 
 import logging
 import time
@@ -120,16 +120,15 @@ class TermWrites:
         """The term saw its shard layout change in a renewal: a refused write is explained."""
         self._layout_changed = True
 
-    async def write_runtime_if_changed(self) -> bool:
+    def runtime_if_changed(self) -> dict[str, Any] | None:
         """The runtime figures go out with each checkpoint; while no checkpoint moves (idle,
-        or a message stuck in flight) they would go stale, so they also follow a renewal.
-        False when fenced out."""
+        or a message stuck in flight) they would go stale, so the next renewal writes them
+        too: the figures when they changed since last written, else None."""
         runtime = self._runtime()
-        if runtime != self._runtime_written:
-            if not await self._store.write_runtime(runtime):
-                return False
-            self._runtime_written = runtime
-        return True
+        if runtime == self._runtime_written:
+            return None
+        self._runtime_written = runtime
+        return runtime
 
     def _runtime(self) -> dict[str, Any]:
         machine = self._machine

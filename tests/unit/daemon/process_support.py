@@ -67,6 +67,7 @@ async def running_worker(
     finally:
         await _cancelled(running.task)
         caller.close()
+        await database.renewer.close()
 
 
 @contextlib.asynccontextmanager
@@ -87,6 +88,7 @@ async def running_coordinator(
         yield running
     finally:
         await _cancelled(running.task)
+        await database.renewer.close()
 
 
 def timed(handled_at: list[float]) -> Callable[[Message], None]:

@@ -3,8 +3,9 @@ worker's and the coordinator's unit tests.
 
 It holds what their statements touch in PostgreSQL for one subscription: whether it exists,
 its layout, the members of its group, and each shard's lease row, whose fencing token is the
-one the shard's FakeTermStore (term_store_fake.py) checks its term's writes against (None: no
-row). It applies acquire_leadership's rule: a lease is taken when there is no row, it expired,
+one the shard's FakeTermStore (term_store_fake.py) checks its term's writes and renewals
+against (None: no row); a real renewer (renewals_fake.py) renews the leases and the
+membership. It applies acquire_leadership's rule: a lease is taken when there is no row, it expired,
 it is the taker's own or its holder's session is gone; each taking raises the token; the
 taker learns how long another holder's lease had left. The test plays the other processes (a
 leader elsewhere, a member that joins or leaves) and the operator (a deleted subscription)
@@ -24,11 +25,14 @@ from dataclasses import dataclass
 
 import psycopg.errors
 
+from poller.daemon.options import DaemonOptions
 from poller.membership import ONLY_SHARD, PLAIN_LAYOUT, Layout, Member, ShardUnit
 from poller.store.membership_store import GroupState
 from poller.store.records import Lease, SubscriptionRecord
 from poller.store.term_store import TermStore
+from tests.unit.daemon.renewals_fake import started_renewer
 from tests.unit.daemon.term_store_fake import FakeTermStore
+from tests.unit.daemon.term_support import FAST
 
 HOLDER = "process-under-test"
 """This process's member id, and every lease's holder it takes."""
@@ -44,7 +48,8 @@ class LeaseRow:
 
 
 class FakeSubscriptionDatabase:
-    def __init__(self, layout: Layout = PLAIN_LAYOUT) -> None:
+    def __init__(self, layout: Layout = PLAIN_LAYOUT, options: DaemonOptions = FAST) -> None:
+        """Made on the test's event loop: its renewer (a real one, renewals_fake.py) starts."""
         self.holder = HOLDER
         self.not_before: dict[ShardUnit, float] = {}
         self.layout = layout
@@ -62,6 +67,7 @@ class FakeSubscriptionDatabase:
         self.renewals = 0
         self.left = False
         self.closed = False
+        self.renewer = started_renewer(self.store, self._group, self._leave, options)
 
     # The subscription, the other processes, the operator ----------------------------------
 
@@ -118,6 +124,20 @@ class FakeSubscriptionDatabase:
 
     async def close(self) -> None:
         self.closed = True
+        await self.renewer.close()
+
+    def _group(self, member: bool) -> GroupState | None:
+        """renew_process_leases' group: this process (while a member) and the others."""
+        self.renewals += 1
+        if self.deleted:
+            return None
+        now = time.monotonic()
+        mine = [self.holder] if member else []
+        members = [Member(m, now + 60.0) for m in [*mine, *self.others]]
+        return GroupState(self.layout, members, now)
+
+    def _leave(self) -> None:
+        self.left = True
 
     # -------------------------------------------------------------------------------------
 
@@ -145,25 +165,10 @@ class FakeSubscriptionDatabase:
 class FakeMembership:
     def __init__(self, database: FakeSubscriptionDatabase) -> None:
         self._database = database
-        self.closed = False
 
     async def load_subscription(self, lease: Lease) -> SubscriptionRecord | None:
         await round_trip()
         return self._database.record(lease.unit)
-
-    async def renew_membership(self, ttl_seconds: float) -> GroupState | None:
-        await round_trip()
-        database = self._database
-        database.renewals += 1
-        if database.deleted:
-            return None
-        now = time.monotonic()
-        members = [Member(m, now + ttl_seconds) for m in [database.holder, *database.others]]
-        return GroupState(database.layout, members, now)
-
-    async def leave_membership(self) -> None:
-        await round_trip()
-        self._database.left = True
 
 
 class FakeShard:

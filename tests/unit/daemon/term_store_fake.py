@@ -7,8 +7,9 @@ rules those statements apply in sql/queries.sql: every write is fenced by the le
 a checkpoint and a park only land in the stored epoch, a checkpoint never moves backwards,
 a re-park clears only the replay request it read, an unpark deletes only the row it read. The
 test plays the writers, the operator and the other processes (appends and commits, seek,
-settings, replay and skip requests, a takeover of the lease, a slow commit) through the
-methods before the store's own.
+settings, replay and skip requests, a takeover of the lease, a slow commit, a renewer that
+gets no turn) through the methods before the store's own. The lease's renewal is the
+process's renewer's (renewals_fake.py runs a real one over this store).
 
 What only PostgreSQL can show (snapshots, locks between concurrent statements, shard
 layouts, hot standbys) stays with the database tests: a sharded layout here only names the
@@ -111,8 +112,11 @@ class FakeTermStore:
         self._writes_flow = asyncio.Event()
         self._writes_flow.set()
         self.writes_waiting = 0
-        # Set by cut_connection: the next renewal finds the connection gone.
+        # Set by cut_connection: the term's next read finds its connection gone.
         self._connection_cut = False
+        # Cleared by hold_renewals: the process's renewals wait, as behind a starved renewer.
+        self._renewals_flow = asyncio.Event()
+        self._renewals_flow.set()
         self._clock = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
     # The publication ----------------------------------------------------------------------
@@ -204,8 +208,15 @@ class FakeTermStore:
         self.lease_token += 1
 
     def cut_connection(self) -> None:
-        """The term's connection is lost: its next renewal raises, as psycopg does."""
+        """The term's connection is lost: its next read raises, as psycopg does."""
         self._connection_cut = True
+
+    def hold_renewals(self) -> None:
+        """The lease's renewals wait (as a renewer that gets no turn) until let through."""
+        self._renewals_flow.clear()
+
+    def let_renewals_through(self) -> None:
+        self._renewals_flow.set()
 
     def hold_writes(self) -> None:
         """Parks, unparks and checkpoints wait (as behind a slow commit) until let through."""
@@ -225,6 +236,9 @@ class FakeTermStore:
     # TermStore: reads ---------------------------------------------------------------------
 
     async def read_batch(self, publication: str, after: Position, limit: int) -> list[Message]:
+        if self._connection_cut:
+            self._connection_cut = False
+            raise psycopg.OperationalError("the connection is lost")
         self.calls.append(("read_batch", True))
         frontier = self.frontier
         return [
@@ -267,16 +281,18 @@ class FakeTermStore:
     async def finish_shard_change(self) -> bool:
         raise AssertionError("a plain subscription has no change of shard count")
 
-    # TermStore: the lease -----------------------------------------------------------------
+    # The process's renewer (renewals_fake.py) -------------------------------------------
 
-    async def renew(self) -> LeaseState | None:
-        """renew_leadership: the subscription as stored, or None once the lease is not ours."""
-        if self._connection_cut:
-            self._connection_cut = False
-            raise psycopg.OperationalError("the connection is lost")
-        leads = self._leads("renew")
+    async def renew(self, token: int, runtime: dict[str, Any] | None) -> LeaseState | None:
+        """renew_process_leases for this lease: the subscription as stored, or None once the
+        lease is not `token`'s; the runtime figures given are recorded with it."""
+        await self._renewals_flow.wait()
+        leads = self.lease_token == token
+        self.calls.append(("renew", leads))
         if not leads:
             return None
+        if runtime is not None:
+            self.runtime = runtime
         return LeaseState(
             self.epoch,
             self.checkpoint,
@@ -285,6 +301,8 @@ class FakeTermStore:
             self.skip_request,
             self.layout,
         )
+
+    # TermStore: the lease -----------------------------------------------------------------
 
     async def release(self) -> None:
         if self._leads("release"):
@@ -347,12 +365,6 @@ class FakeTermStore:
             return False
         del self.parked[position.position]
         self.journal.append(Unparked(position))
-        return True
-
-    async def write_runtime(self, runtime: dict[str, Any]) -> bool:
-        if not self._leads("write_runtime"):
-            return False
-        self.runtime = runtime
         return True
 
     async def settle_skip_request(self, request: SkipRequest) -> bool:

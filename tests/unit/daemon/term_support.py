@@ -1,6 +1,6 @@
 """A real LeadershipTerm over the in-memory store (term_store_fake.py), with real handler
-calls (HandlerCaller: a plain def on its threads, an async def on the loop), and what the
-tests wait for and check."""
+calls (HandlerCaller: a plain def on its threads, an async def on the loop) and a real renewer
+of its lease (renewals_fake.py), and what the tests wait for and check."""
 
 import asyncio
 import contextlib
@@ -13,9 +13,11 @@ from poller.daemon.handlers import Handler
 from poller.daemon.options import DaemonOptions
 from poller.daemon.reporting.metrics import SubscriptionMetrics
 from poller.daemon.term.leadership_term import LeadershipTerm
+from poller.daemon.term.lease_watch import LeaseWatch
 from poller.daemon.term.notify_listener import NotifyListener
 from poller.daemon.term.self_fence import SelfFence
 from poller.message import Message
+from tests.unit.daemon.renewals_fake import alone, started_renewer
 from tests.unit.daemon.term_store_fake import (
     Checkpointed,
     Event,
@@ -78,9 +80,14 @@ class RunningTerm:
         )
         self.stop = asyncio.Event()
         self.shutdown = asyncio.Event()
+        self.lease = LeaseWatch(store.lease, fence)
+        self.renewer = started_renewer(lambda _unit: store, alone(store), lambda: None, options)
+        # Renewed from now until the test ends (the worker's `holding` block, here).
+        self.held = contextlib.ExitStack()
+        self.held.enter_context(self.renewer.holding(self.lease))
         self.term = LeadershipTerm(
             store,
-            fence,
+            self.lease,
             store.record(),
             self.caller,
             options,
@@ -115,6 +122,8 @@ async def running_term(
         with contextlib.suppress(BaseException):
             await running.task
         running.caller.close()
+        running.held.close()
+        await running.renewer.close()
 
 
 def recording(journal: list[Event]) -> Callable[[Message], None]:
