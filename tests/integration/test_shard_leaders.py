@@ -53,7 +53,7 @@ async def leader(url: str, unit: ShardUnit, holder: str = "") -> LeaderStore:
     reads = SharedConnection(
         Reconnector(url, holder, f"{holder} reads", prepare=prepare_reader_async)
     )
-    reader = SharedShardReads(reads, asyncio.Event())
+    reader = SharedShardReads(reads, asyncio.Event(), "sub")
     return LeaderStore(conn, conn, lease, record.layout, shard_reader=reader)
 
 
@@ -124,8 +124,9 @@ async def test_a_change_ends_only_after_every_old_shard_reached_the_barrier(
     with psycopg.connect(database_url, autocommit=True) as conn:
         change = change_shard_count(conn, "sub", 2)
     assert change.barrier == positions[-1]
-    # The term that leads the one old shard began before the change: it reads unbounded.
-    assert not await unbounded.write_checkpoint(0, positions[10], {})  # plain writes refused
+    # The term that leads the one old shard began before the change, as a plain one: its
+    # checkpoint goes to its shard's row now, where its successor starts.
+    assert await unbounded.write_checkpoint(0, positions[10], {})
     new = [await leader(database_url, ShardUnit(2, shard)) for shard in range(2)]
     assert not await new[0].shard_change_drained()
     await unbounded.release()
@@ -155,6 +156,10 @@ async def test_a_change_ends_only_after_every_old_shard_reached_the_barrier(
     ) == [(2, 0), (2, 1)]
     assert floor_of(database_url) == positions[-1]
     assert not await old.write_checkpoint(0, positions[-1], {})  # its row is gone
+    assert (
+        stored(database_url, "SELECT last_processed_position FROM outbox.subscription_shards")
+        == [(positions[-1].position,)] * 2
+    )
 
 
 async def test_a_change_to_one_shard_makes_the_subscription_plain_again(

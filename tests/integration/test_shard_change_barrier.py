@@ -1,0 +1,96 @@
+"""The barrier of a change of the shard count, held by the database against the terms that
+began before the change: they learn of it only at their next renewal, yet from the change's
+commit on, every read and checkpoint of the old layout stops at the barrier, so the old
+shards and the new ones never deliver the same message. Scripted at the store level: each
+term is a LeaderStore built before the change, as a running daemon's is."""
+
+import time
+
+import psycopg
+import pytest
+
+import outbox
+from outbox.positions import START, Position
+from poller import administration
+from poller.membership import ShardUnit
+from poller.shard_administration import change_shard_count
+from poller.store.message_reads import read_batch
+from tests.integration.test_shard_leaders import KEYS, leader, stored
+
+pytestmark = pytest.mark.asyncio
+
+
+def append(url: str, count: int) -> list[Position]:
+    """`count` more messages over KEYS; every message of the publication, once all are safe."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        total = count + len(read_batch(conn, "orders", START, 100_000))
+        for n in range(count):
+            outbox.append(conn, "orders", "T", {"n": n}, partition_key=KEYS[n % len(KEYS)])
+        deadline = time.monotonic() + 30
+        while len(batch := read_batch(conn, "orders", START, 100_000)) < total:
+            assert time.monotonic() < deadline, "the messages never became safe to read"
+            time.sleep(0.01)
+    return [m.at for m in batch]
+
+
+def shard_checkpoint(url: str, unit: ShardUnit) -> Position:
+    [row] = stored(
+        url,
+        "SELECT last_processed_transaction_id::text::bigint, last_processed_position"
+        " FROM outbox.subscription_shards WHERE shard_count = %s AND shard = %s",
+        unit.shard_count,
+        unit.shard,
+    )
+    return Position(*row)
+
+
+@pytest.mark.parametrize("old_count", [1, 3])
+async def test_a_term_begun_before_a_change_reads_and_checkpoints_no_further_than_its_barrier(
+    database_url: str, old_count: int
+) -> None:
+    """A term of the old layout reads after the change as if it had not happened (it has not
+    renewed yet): it must get nothing past the barrier, which the new shards deliver, and its
+    checkpoint must stop there, or the end of the change passes with the new shards about to
+    deliver what it delivered past the barrier."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        administration.create(conn, "sub", "orders", "start", {}, shards=old_count)
+    before = append(database_url, 40)
+    old = [await leader(database_url, ShardUnit(old_count, s)) for s in range(old_count)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        change = change_shard_count(conn, "sub", 2)
+    assert change.barrier is not None
+    every = append(database_url, 40)  # after the barrier
+    read_by_old = [m.at for store in old for m in await store.read_batch("orders", START, 1000)]
+    assert sorted(read_by_old) == [at for at in every if at <= change.barrier] == before
+    for store in old:
+        assert await store.write_checkpoint(0, every[-1], {})  # past the barrier: held there
+        assert shard_checkpoint(database_url, store.lease.unit) == change.barrier
+        await store.release()
+    new = [await leader(database_url, ShardUnit(2, s)) for s in range(2)]
+    assert await new[0].shard_change_drained()
+    read_by_new = [
+        m.at for store in new for m in await store.read_batch("orders", change.barrier, 1000)
+    ]
+    assert sorted(read_by_new) == every[40:]
+    assert not set(read_by_old) & set(read_by_new)
+
+
+async def test_a_plain_terms_checkpoint_after_a_change_is_where_its_successor_starts(
+    database_url: str,
+) -> None:
+    """A plain subscription's checkpoint is in its own row; a change of the count gives its one
+    shard a row of its own. The term that delivered on after the change must write there, or
+    its bounded successor starts behind what it finished and delivers it again."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        administration.create(conn, "sub", "orders", "start", {})
+    positions = append(database_url, 30)
+    plain = await leader(database_url, ShardUnit(1, 0), "outbox-poller:plain")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        change_shard_count(conn, "sub", 2)
+    assert await plain.write_checkpoint(0, positions[19], {})
+    await plain.release()
+    successor = await leader(database_url, ShardUnit(1, 0), "outbox-poller:successor")
+    read = await successor.read_batch(
+        "orders", shard_checkpoint(database_url, ShardUnit(1, 0)), 100
+    )
+    assert [m.at for m in read] == positions[20:]
