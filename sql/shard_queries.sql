@@ -129,8 +129,9 @@ WHERE s.subscription_id = %(subscription)s AND s.epoch = %(epoch)s
       < (floor.transaction_id, floor.position)
 
 -- shard_change_drained --
--- During a change of the shard count, whether the old shards are done: no old shard has a message at or before the barrier after its checkpoint, and no lease of another count taken before the change (unbounded) is alive. No row when no change is draining.
-SELECT NOT EXISTS (
+-- During a change of the shard count, whether the old shards are done: no transaction that may still commit a message at or before the barrier runs (the safe frontier is past it: a writer older than the change may commit after it), no old shard has a message at or before the barrier after its checkpoint, and no lease of another count taken before the change (unbounded) is alive. No row when no change is draining.
+SELECT pg_snapshot_xmin(pg_current_snapshot()) > s.shard_barrier_transaction_id
+       AND NOT EXISTS (
            SELECT FROM outbox.subscription_leaders AS l
            WHERE l.subscription_id = s.subscription_id AND l.shard_count <> s.shard_count
              AND NOT l.bounded AND l.expires_at > clock_timestamp())

@@ -94,3 +94,73 @@ async def test_a_plain_terms_checkpoint_after_a_change_is_where_its_successor_st
         "orders", shard_checkpoint(database_url, ShardUnit(1, 0)), 100
     )
     assert [m.at for m in read] == positions[20:]
+
+
+async def test_a_writer_older_than_the_change_that_commits_during_it_is_the_old_shards(
+    database_url: str,
+) -> None:
+    """A change takes a moment between choosing its barrier and committing. A writer that
+    commits in that moment, and whose transaction is older than the change's, is safe to read
+    before the change is seen: a term of the old layout reads it then, unbounded. So it must
+    lie at or before the barrier, or the new shards deliver it again."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        administration.create(conn, "sub", "orders", "start", {}, shards=2)
+    append(database_url, 10)
+    old = [await leader(database_url, ShardUnit(2, s)) for s in range(2)]
+    with psycopg.connect(database_url) as writer, psycopg.connect(database_url) as changer:
+        writer.execute("SELECT pg_current_xact_id()")  # older than the change
+        late = outbox.append(writer, "orders", "T", {}, partition_key="late")
+        change = change_shard_count(changer, "sub", 3)  # a savepoint: the change stays open
+        writer.commit()
+        read_by_old = {
+            m.at.position for store in old for m in await store.read_batch("orders", START, 100)
+        }
+        changer.commit()
+    assert late in read_by_old  # the old layout's, read before the change was committed
+    assert change.barrier is not None
+    for store in old:
+        await store.release()
+    new = [await leader(database_url, ShardUnit(3, s)) for s in range(3)]
+    read_by_new = {
+        m.at.position
+        for store in new
+        for m in await store.read_batch("orders", change.barrier, 100)
+    }
+    assert late not in read_by_new
+
+
+async def test_a_change_ends_only_after_every_transaction_older_than_it(
+    database_url: str,
+) -> None:
+    """A writer older than the change may still commit after it, at or before the barrier:
+    its messages are the old shards'. The change must not end while it may still commit, or
+    nobody delivers them (the old shards' rows go, the new shards start after the barrier)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        administration.create(conn, "sub", "orders", "start", {}, shards=2)
+    append(database_url, 10)
+    with psycopg.connect(database_url) as writer:
+        writer.execute("SELECT pg_current_xact_id()")  # older than the change
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            change = change_shard_count(conn, "sub", 3)
+        assert change.barrier is not None
+        old = [await leader(database_url, ShardUnit(2, s)) for s in range(2)]
+        new = await leader(database_url, ShardUnit(3, 0))
+        for store in old:
+            await store.read_batch("orders", START, 100)
+            assert store.last_safe is not None
+            assert await store.write_checkpoint(0, store.last_safe, {})
+        assert not await new.shard_change_drained()
+        late = outbox.append(writer, "orders", "T", {}, partition_key="late")
+        writer.commit()
+    delivered = []
+    for store in old:
+        start = shard_checkpoint(database_url, store.lease.unit)
+        delivered += [m.at for m in await store.read_batch("orders", start, 100)]
+    assert [at.position for at in delivered] == [late]
+    assert delivered[0] <= change.barrier
+    assert not await new.shard_change_drained()  # its shard has not finished it yet
+    for store in old:
+        assert store.last_safe is not None
+        assert await store.write_checkpoint(0, store.last_safe, {})
+    assert await new.shard_change_drained()
+    assert await new.finish_shard_change()
