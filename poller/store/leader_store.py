@@ -87,9 +87,10 @@ class LeaderStore:
         self._open_alone = open_alone
         self.lease = lease
         self._subscription = lease.subscription_id
-        # Fixed for a term: a term whose layout changes where it matters ends (see the term).
-        # Until it learns of a change (its next renewal), the database holds its reads and
-        # checkpoints at the change's barrier (layout_read_bound in sql/fragments.sql).
+        # Whether the shard's checkpoint is in a shard row, as the term's layout said, until a
+        # write finds it moved (see write_checkpoint); reads follow it. Whatever this says,
+        # the database holds the reads and checkpoints of a draining count at the change's
+        # barrier (layout_read_bound in sql/fragments.sql).
         self._sharded = not layout.plain
         # A shard's last read: the publication's last message safe to read then (see
         # shard_reads.ShardBatch); None for a plain subscription, whose reads see them all.
@@ -193,10 +194,10 @@ class LeaderStore:
 
         The one shard of one (`ONLY_SHARD`) keeps its checkpoint in the subscription's row
         while the subscription is plain, in a shard row of its own while a change from or to
-        one shard drains: a term learns of such a change only at its next renewal, so a write
-        refused in one place is tried in the other. Refused, a plain term's checkpoints of
-        the messages it delivered after a change were lost, and its successor delivered
-        them again."""
+        one shard drains, and its term runs on through such a change: a write refused in one
+        place is tried in the other, and the store keeps to that place from then on. Refused,
+        a plain term's checkpoints of the messages it delivered after a change were lost, and
+        its successor delivered them again."""
         parameters = {
             **self.lease.query_parameters(),
             "epoch": epoch,
@@ -207,7 +208,11 @@ class LeaderStore:
             return True
         if self.lease.unit != ONLY_SHARD:
             return False
-        return await self._write_checkpoint(parameters, sharded=not self._sharded)
+        if not await self._write_checkpoint(parameters, sharded=not self._sharded):
+            return False
+        self._sharded = not self._sharded
+        self.last_safe, self._oldest_hidden, self.more_to_read = None, None, False
+        return True
 
     async def _write_checkpoint(self, parameters: dict[str, Any], *, sharded: bool) -> bool:
         if sharded:

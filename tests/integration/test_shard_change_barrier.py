@@ -1,10 +1,9 @@
 """The barrier of a change of the shard count, held by the database against the terms that
 began before the change: they learn of it only at their next renewal, yet from the change's
 commit on, every read and checkpoint of the old layout stops at the barrier, so the old
-shards and the new ones never deliver the same message. Scripted at the store level: each
-term is a LeaderStore built before the change, as a running daemon's is."""
-
-import time
+shards and the new ones never deliver the same message; and the barrier is past every writer
+older than the change, which the change waits for. Scripted at the store level: a term is a
+LeaderStore, as a running daemon's is, built before the change where it matters."""
 
 import psycopg
 import pytest
@@ -14,23 +13,9 @@ from outbox.positions import START, Position
 from poller import administration
 from poller.membership import ShardUnit
 from poller.shard_administration import change_shard_count
-from poller.store.message_reads import read_batch
-from tests.integration.test_shard_leaders import KEYS, leader, stored
+from tests.integration.test_shard_leaders import append_safely, leader, stored
 
 pytestmark = pytest.mark.asyncio
-
-
-def append(url: str, count: int) -> list[Position]:
-    """`count` more messages over KEYS; every message of the publication, once all are safe."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        total = count + len(read_batch(conn, "orders", START, 100_000))
-        for n in range(count):
-            outbox.append(conn, "orders", "T", {"n": n}, partition_key=KEYS[n % len(KEYS)])
-        deadline = time.monotonic() + 30
-        while len(batch := read_batch(conn, "orders", START, 100_000)) < total:
-            assert time.monotonic() < deadline, "the messages never became safe to read"
-            time.sleep(0.01)
-    return [m.at for m in batch]
 
 
 def shard_checkpoint(url: str, unit: ShardUnit) -> Position:
@@ -54,12 +39,12 @@ async def test_a_term_begun_before_a_change_reads_and_checkpoints_no_further_tha
     deliver what it delivered past the barrier."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         administration.create(conn, "sub", "orders", "start", {}, shards=old_count)
-    before = append(database_url, 40)
+    before = append_safely(database_url, 40)
     old = [await leader(database_url, ShardUnit(old_count, s)) for s in range(old_count)]
     with psycopg.connect(database_url, autocommit=True) as conn:
         change = change_shard_count(conn, "sub", 2)
     assert change.barrier is not None
-    every = append(database_url, 40)  # after the barrier
+    every = append_safely(database_url, 40)  # after the barrier
     read_by_old = [m.at for store in old for m in await store.read_batch("orders", START, 1000)]
     assert sorted(read_by_old) == [at for at in every if at <= change.barrier] == before
     for store in old:
@@ -83,7 +68,7 @@ async def test_a_plain_terms_checkpoint_after_a_change_is_where_its_successor_st
     its bounded successor starts behind what it finished and delivers it again."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         administration.create(conn, "sub", "orders", "start", {})
-    positions = append(database_url, 30)
+    positions = append_safely(database_url, 30)
     plain = await leader(database_url, ShardUnit(1, 0), "outbox-poller:plain")
     with psycopg.connect(database_url, autocommit=True) as conn:
         change_shard_count(conn, "sub", 2)
@@ -105,7 +90,7 @@ async def test_a_writer_older_than_the_change_that_commits_during_it_is_the_old_
     lie at or before the barrier, or the new shards deliver it again."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         administration.create(conn, "sub", "orders", "start", {}, shards=2)
-    append(database_url, 10)
+    append_safely(database_url, 10)
     old = [await leader(database_url, ShardUnit(2, s)) for s in range(2)]
     with psycopg.connect(database_url) as writer, psycopg.connect(database_url) as changer:
         writer.execute("SELECT pg_current_xact_id()")  # older than the change
@@ -137,7 +122,7 @@ async def test_a_change_ends_only_after_every_transaction_older_than_it(
     nobody delivers them (the old shards' rows go, the new shards start after the barrier)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         administration.create(conn, "sub", "orders", "start", {}, shards=2)
-    append(database_url, 10)
+    append_safely(database_url, 10)
     with psycopg.connect(database_url) as writer:
         writer.execute("SELECT pg_current_xact_id()")  # older than the change
         with psycopg.connect(database_url, autocommit=True) as conn:

@@ -30,14 +30,16 @@ KEYS = [f"key-{n}" for n in range(40)]
 
 
 def append_safely(url: str, count: int) -> list[Position]:
-    """`count` messages over KEYS (every tenth keyless), once all are safe to read."""
+    """`count` more messages over KEYS (every tenth keyless); every message of the
+    publication, once all are safe to read."""
     with psycopg.connect(url, autocommit=True) as conn:
+        total = count + len(read_batch(conn, "orders", Position(0, 0), 100_000))
         for n in range(count):
             key = None if n % 10 == 9 else KEYS[n % len(KEYS)]
             outbox.append(conn, "orders", "T", {"n": n}, partition_key=key)
         # Other tests' transactions on this server hold the safe frontier back a moment.
         deadline = time.monotonic() + 30
-        while len(batch := read_batch(conn, "orders", Position(0, 0), 100_000)) < count:
+        while len(batch := read_batch(conn, "orders", Position(0, 0), 100_000)) < total:
             assert time.monotonic() < deadline, "the messages never became safe to read"
             time.sleep(0.01)
         return [m.at for m in batch]
@@ -137,7 +139,7 @@ async def test_a_change_ends_only_after_every_old_shard_reached_the_barrier(
         database_url, "SELECT bounded FROM outbox.subscription_leaders WHERE shard_count = 1"
     )
     assert bounded
-    append_safely(database_url, 60)  # 10 more, after the barrier
+    append_safely(database_url, 10)  # after the barrier
     read = await old.read_batch("orders", Position(0, 0), 1000)
     assert [m.at for m in read] == positions  # a draining shard reads up to the barrier only
     assert await old.write_checkpoint(0, positions[-2], {})
@@ -175,13 +177,13 @@ async def test_a_change_to_one_shard_makes_the_subscription_plain_again(
     assert await single.finish_shard_change()
     assert stored(database_url, "SELECT count(*) FROM outbox.subscription_shards") == [(0,)]
     assert floor_of(database_url) == change.barrier  # the one shard's, where it started
-    # Plain again: its term restarts (its store wrote the shard row), and the next one
-    # writes the subscription's own row.
-    await single.release()
-    plain = await leader(database_url, ShardUnit(1, 0), "outbox-poller:plain")
-    more = append_safely(database_url, 31)
-    assert await plain.write_checkpoint(0, more[-1], {})
+    # Plain again: its term runs on, and its store, finding its shard row gone, writes the
+    # subscription's own row, and reads as a plain subscription's leader, from then on.
+    more = append_safely(database_url, 1)
+    assert await single.write_checkpoint(0, more[-1], {})
     assert floor_of(database_url) == more[-1]
+    assert [m.at for m in await single.read_batch("orders", more[-2], 10)] == [more[-1]]
+    assert single.last_safe is None
 
 
 async def test_a_shard_without_messages_does_not_hold_the_floor_back(database_url: str) -> None:
