@@ -690,8 +690,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- shard_count is the layout the subscription is in; during a change of it, the old count is
--- draining_shard_count: its shards finish every message up to the barrier (the last message
--- safe to read when the change was made), and the new shards start after the barrier only once
+-- draining_shard_count: its shards finish every message up to the barrier (the end of the
+-- transactions older than the change), and the new shards start after the barrier only once
 -- they have (see docs/architecture.md, "Shards"). last_processed_* is then the floor: the
 -- lowest checkpoint of any shard, which retention, the status view and `outbox skip` read.
 ALTER TABLE outbox.subscriptions
