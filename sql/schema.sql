@@ -719,8 +719,9 @@ CREATE TABLE outbox.subscription_shards (
     CONSTRAINT subscription_shards_shard_valid CHECK (shard >= 0 AND shard < shard_count)
 );
 
--- A lease per shard. bounded: the term reads only up to its draining layout's barrier (set when
--- the lease was taken during a change); an unbounded lease of an old layout holds the change.
+-- A lease per shard. bounded: its term began while its shard drained, so it knows of the change
+-- (set when the lease was taken during a change); an unbounded lease of an old layout holds the
+-- change until its term ends.
 ALTER TABLE outbox.subscription_leaders
     ADD COLUMN shard_count integer NOT NULL DEFAULT 1,
     ADD COLUMN shard integer NOT NULL DEFAULT 0,

@@ -412,8 +412,8 @@ class LeadershipTerm:
 
     async def _wait_for_old_shards(self) -> None:
         """Wait until every shard of the old count has finished all its messages up to the
-        barrier and no unbounded term of it runs, then end the change (any new shard's leader
-        may; the first one does)."""
+        barrier, no unbounded term of it runs and no transaction older than the change can
+        still commit, then end the change (any new shard's leader may; the first one does)."""
         if await self._store.shard_change_drained():
             await self._store.finish_shard_change()
             self._barrier_passed = True
