@@ -4,7 +4,7 @@ kill, no lost lease, messages flowing while `subscription update --shards` runs 
 Before the database capped the old layout at the barrier, the terms that started before a
 change read on without an upper bound until their next renewal, delivered messages past the
 barrier, and wrote their checkpoints past it; the drain check passed and the new shards
-delivered the same messages again (29 of 2,231 in the audit's run). A plain subscription's
+delivered the same messages again (29 of 2,231 in issue 34's run). A plain subscription's
 term lost the checkpoints it wrote after the change (refused: its checkpoint had moved to a
 shard row), and its bounded successor delivered them again."""
 
