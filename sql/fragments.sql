@@ -19,3 +19,14 @@ left(whole.headers, %(shown)s), length(whole.headers), m.appended_at
 -- The columns the Spark source's slice reads send, in the order of outbox_spark.wire_batches.WIRE_SCHEMA: xid8 and jsonb as stored, because a text cast per row costs the server more than anything else in the read (the reader decodes them in Arrow), and no publication, which every row of a read shares (the reader fills it in).
 m.position, m.transaction_id, m.message_id, m.message_type, m.partition_key,
 m.data, m.headers, m.appended_at
+
+-- layout_read_bound --
+-- How far the shards of one count (%(shard_count)s) of a subscription (%(subscription)s) may read and move their checkpoints, as the subscription's row stands in the statement's own snapshot: to the barrier while that count drains, without end while it is the current count, nowhere once it is neither (a change ended without it). One row of two columns, compared as `(transaction_id, position) <= ({{layout_read_bound}})`; none when the subscription is gone, which compares as null: nothing. A term learns of a change only at its next renewal; the statement learns of it at once.
+SELECT CASE WHEN s.draining_shard_count = %(shard_count)s THEN s.shard_barrier_transaction_id
+            WHEN s.shard_count = %(shard_count)s THEN '9223372036854775807'::xid8
+            ELSE '0'::xid8 END,
+       CASE WHEN s.draining_shard_count = %(shard_count)s THEN s.shard_barrier_position
+            WHEN s.shard_count = %(shard_count)s THEN 9223372036854775807
+            ELSE 0 END
+FROM outbox.subscriptions AS s
+WHERE s.subscription_id = %(subscription)s

@@ -47,7 +47,7 @@ ORDER BY m.transaction_id, m.position
 LIMIT %(limit)s
 
 -- read_leader_batch --
--- read_batch for a subscription's leader, each row led by the publication's retired-up-to mark (outbox.retired_positions; null when nothing was retired), read once per statement and in its snapshot: a leader whose read starts below it would skip what retention dropped, and stops instead. No row when nothing is read, which skips nothing: the first read that finds rows past a hole brings the mark along before any is delivered.
+-- read_batch for a plain subscription's leader, each row led by the publication's retired-up-to mark (outbox.retired_positions; null when nothing was retired), read once per statement and in its snapshot: a leader whose read starts below it would skip what retention dropped, and stops instead. No row when nothing is read, which skips nothing: the first read that finds rows past a hole brings the mark along before any is delivered. No further than its one shard's bound (layout_read_bound, shard_count 1): once a change of the shard count is made, up to its barrier, though the term learns of the change only at its next renewal.
 SELECT (SELECT r.transaction_id::text::bigint FROM outbox.retired_positions AS r
         WHERE r.publication_id = %(publication)s),
        (SELECT r.position FROM outbox.retired_positions AS r
@@ -56,6 +56,7 @@ SELECT (SELECT r.transaction_id::text::bigint FROM outbox.retired_positions AS r
 FROM outbox.messages AS m
 WHERE m.publication_id = %(publication)s
   AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+  AND (m.transaction_id, m.position) <= ({{layout_read_bound}})
   AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
 ORDER BY m.transaction_id, m.position
 LIMIT %(limit)s
@@ -241,11 +242,12 @@ WHERE subscription_id = %(subscription)s AND shard_count = %(shard_count)s AND s
   AND token = %(token)s AND holder = %(holder)s
 
 -- write_checkpoint --
--- Moves a plain subscription's checkpoint forward and records the leader's runtime, only for the current leader (fencing token) in the current epoch, and only while the subscription is plain (a change of its shard count moves checkpoints to outbox.subscription_shards).
+-- Moves a plain subscription's checkpoint forward and records the leader's runtime, only for the current leader (fencing token) of its one shard (1 of 1) in the current epoch, and only while the subscription is plain (a change of its shard count moves checkpoints to outbox.subscription_shards: write_shard_checkpoint).
 WITH fenced AS (
     UPDATE outbox.subscription_leaders AS l
     SET runtime = %(runtime)s::jsonb, runtime_at = clock_timestamp()
     WHERE l.subscription_id = %(subscription)s AND l.shard_count = %(shard_count)s AND l.shard = %(shard)s
+      AND l.shard_count = 1
       AND l.token = %(token)s AND l.holder = %(holder)s
     RETURNING l.subscription_id
 )

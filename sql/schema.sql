@@ -707,8 +707,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- shard_count is the layout the subscription is in; during a change of it, the old count is
--- draining_shard_count: its shards finish every message up to the barrier (the last message
--- safe to read when the change was made), and the new shards start after the barrier only once
+-- draining_shard_count: its shards finish every message up to the barrier (the end of the
+-- transactions older than the change), and the new shards start after the barrier only once
 -- they have (see docs/architecture.md, "Shards"). last_processed_* is then the floor: the
 -- lowest checkpoint of any shard, which retention, the status view and `outbox skip` read.
 ALTER TABLE outbox.subscriptions
@@ -736,8 +736,9 @@ CREATE TABLE outbox.subscription_shards (
     CONSTRAINT subscription_shards_shard_valid CHECK (shard >= 0 AND shard < shard_count)
 );
 
--- A lease per shard. bounded: the term reads only up to its draining layout's barrier (set when
--- the lease was taken during a change); an unbounded lease of an old layout holds the change.
+-- A lease per shard. bounded: its term began while its shard drained, so it knows of the change
+-- (set when the lease was taken during a change); an unbounded lease of an old layout holds the
+-- change until its term ends.
 ALTER TABLE outbox.subscription_leaders
     ADD COLUMN shard_count integer NOT NULL DEFAULT 1,
     ADD COLUMN shard integer NOT NULL DEFAULT 0,

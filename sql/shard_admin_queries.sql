@@ -13,7 +13,7 @@ FROM outbox.subscriptions WHERE subscription_id = %(subscription)s
 FOR NO KEY UPDATE
 
 -- shard_barrier --
--- Where a change of the shard count splits delivery between the old shards and the new: the greater of the publication's last message below the safe frontier (every message at or before it has committed or never will) and the greatest checkpoint of any shard (a shard may stand past the last message, at the frontier). The subscription's own checkpoint stands in for a plain subscription's one shard; for a sharded one it is the floor, never the greatest. The shard rows are locked, so no checkpoint moves between this read and the change's commit.
+-- Where a change of the shard count splits delivery between the old shards and the new: the end of the last transaction older than the change's own (every message of an older one is the old shards', even one that commits after this change), unless a shard's checkpoint stands further on. Not the last message safe to read now: a writer older than the change may commit before the change does, and a term of the old layout, whose reads do not see the uncommitted change, reads it at once; this transaction's own id is in the snapshot of every read that does not see it, so such a read stops below it. The subscription's own checkpoint stands in for a plain subscription's one shard; for a sharded one it is the floor, never the greatest. The shard rows are locked, so no checkpoint moves between this read and the change's commit.
 WITH shards AS MATERIALIZED (
     SELECT sh.last_processed_transaction_id AS transaction_id,
            sh.last_processed_position AS position
@@ -27,12 +27,9 @@ candidates AS (
     SELECT s.last_processed_transaction_id, s.last_processed_position
     FROM outbox.subscriptions AS s WHERE s.subscription_id = %(subscription)s
     UNION ALL
-    (SELECT m.transaction_id, m.position
-     FROM outbox.messages AS m
-     WHERE m.publication_id = %(publication)s
-       AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-     ORDER BY m.transaction_id DESC, m.position DESC
-     LIMIT 1)
+    -- This transaction's id (the top-level one, from a savepoint too), in the form `--from
+    -- end` gives the place before a running transaction (outbox.positions.at_frontier).
+    SELECT (pg_current_xact_id()::text::bigint - 1)::text::xid8, 9223372036854775807
 )
 SELECT transaction_id::text::bigint, position FROM candidates
 ORDER BY transaction_id DESC, position DESC

@@ -16,7 +16,7 @@ LEFT JOIN outbox.subscription_shards AS sh
 WHERE s.subscription_id = %(subscription)s
 
 -- read_shards_batch --
--- read_batch for the shards of one count that a process leads, in one read (the process's shards share it: the database's cost grows with processes, not shards): the same snapshot-safe keyset read, only the messages of the shards named (outbox.message_shard), each with its shard, no further than `until` (a draining count's barrier); every row, and one of null message columns when none is read, starts with the publication's retired-up-to mark (read_batch_with_retired's, in the read's own snapshot) and two figures of the same snapshot: the last message of the publication (any shard) safe to read, up to `until` (after a short read, the shards have nothing of their own up to there), and the oldest committed transaction after `after` that the frontier still hides (oldest_hidden_transaction's answer, without its own round trip).
+-- read_batch for the shards of one count that a process leads, in one read (the process's shards share it: the database's cost grows with processes, not shards): the same snapshot-safe keyset read, only the messages of the shards named (outbox.message_shard), each with its shard, no further than the count's bound in the subscription's row (layout_read_bound: a draining count's barrier, even for a term that has not renewed since the change); every row, and one of null message columns when none is read, starts with the publication's retired-up-to mark (read_batch_with_retired's, in the read's own snapshot) and two figures of the same snapshot: the last message of the publication (any shard) safe to read, up to the same bound (after a short read, the shards have nothing of their own up to there), and the oldest committed transaction after `after` that the frontier still hides (oldest_hidden_transaction's answer, without its own round trip).
 SELECT r.transaction_id::text::bigint, r.position,
        last.transaction_id::text::bigint, last.position, hidden.transaction_id::text::bigint,
        m.shard, {{message_columns}}
@@ -38,7 +38,7 @@ LEFT JOIN LATERAL (
     FROM outbox.messages AS l
     WHERE l.publication_id = %(publication)s
       AND l.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-      AND (l.transaction_id, l.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
+      AND (l.transaction_id, l.position) <= ({{layout_read_bound}})
     ORDER BY l.transaction_id DESC, l.position DESC
     LIMIT 1
 ) AS last ON true
@@ -48,7 +48,7 @@ LEFT JOIN LATERAL (
         FROM outbox.messages AS m
         WHERE m.publication_id = %(publication)s
           AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
-          AND (m.transaction_id, m.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
+          AND (m.transaction_id, m.position) <= ({{layout_read_bound}})
           AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
     ) AS m
     WHERE m.shard = ANY(%(shards)s::integer[])
@@ -67,15 +67,30 @@ WHERE p.subscription_id = %(subscription)s AND p.replay_requested_at IS NOT NULL
 ORDER BY m.transaction_id, m.position
 
 -- write_shard_checkpoint --
--- Moves one shard's checkpoint forward and records its leader's runtime, only for the shard's current leader (fencing token) in the current epoch; raise_shard_floor then moves the subscription's floor.
+-- Moves one shard's checkpoint forward and records its leader's runtime, only for the shard's current leader (fencing token) in the current epoch, and no further than its count's bound (a draining count's barrier: layout_read_bound's rule, from the row as locked); raise_shard_floor then moves the subscription's floor.
 WITH in_epoch AS (
     -- FOR SHARE, not a join: a seek holds this row while it moves every shard, and a write
     -- that waits for it must see the seek's epoch. Joined unlocked, the row would be judged as
     -- the write first saw it, and after the wait PostgreSQL re-checks only the shard row: an
-    -- old epoch's checkpoint then landed on top of the seek's.
-    SELECT s.subscription_id FROM outbox.subscriptions AS s
+    -- old epoch's checkpoint then landed on top of the seek's. The same goes for the change
+    -- of the shard count that the bound comes from: the locked row is the latest one.
+    SELECT s.subscription_id,
+           s.draining_shard_count = %(shard_count)s
+           AND (%(transaction_id)s::text::xid8, %(position)s::bigint)
+               > (s.shard_barrier_transaction_id, s.shard_barrier_position) AS past_barrier,
+           s.shard_barrier_transaction_id, s.shard_barrier_position
+    FROM outbox.subscriptions AS s
     WHERE s.subscription_id = %(subscription)s AND s.epoch = %(epoch)s
     FOR SHARE
+),
+target AS (
+    -- A draining shard's checkpoint stops at the barrier: what lies after it is the new
+    -- shards', and a checkpoint past it would let the end of the change pass too early.
+    SELECT CASE WHEN past_barrier THEN shard_barrier_transaction_id
+                ELSE %(transaction_id)s::text::xid8 END AS transaction_id,
+           CASE WHEN past_barrier THEN shard_barrier_position
+                ELSE %(position)s::bigint END AS position
+    FROM in_epoch
 ),
 fenced AS (
     UPDATE outbox.subscription_leaders AS l
@@ -86,15 +101,15 @@ fenced AS (
     RETURNING l.subscription_id
 )
 UPDATE outbox.subscription_shards AS sh
-SET last_processed_transaction_id = %(transaction_id)s::text::xid8,
-    last_processed_position = %(position)s,
+SET last_processed_transaction_id = target.transaction_id,
+    last_processed_position = target.position,
     updated_at = clock_timestamp()
-FROM fenced, in_epoch
+FROM fenced, in_epoch, target
 WHERE sh.subscription_id = fenced.subscription_id
   AND sh.subscription_id = in_epoch.subscription_id
   AND sh.shard_count = %(shard_count)s AND sh.shard = %(shard)s
   AND (sh.last_processed_transaction_id, sh.last_processed_position)
-      <= (%(transaction_id)s::text::xid8, %(position)s::bigint)
+      <= (target.transaction_id, target.position)
 RETURNING 1
 
 -- raise_shard_floor --
@@ -114,8 +129,9 @@ WHERE s.subscription_id = %(subscription)s AND s.epoch = %(epoch)s
       < (floor.transaction_id, floor.position)
 
 -- shard_change_drained --
--- During a change of the shard count, whether the old shards are done: no old shard has a message at or before the barrier after its checkpoint, and no lease of another count taken before the change (unbounded) is alive. No row when no change is draining.
-SELECT NOT EXISTS (
+-- During a change of the shard count, whether the old shards are done: no transaction that may still commit a message at or before the barrier runs (the safe frontier is past it: a writer older than the change may commit after it), no old shard has a message at or before the barrier after its checkpoint, and no lease of another count taken before the change (unbounded) is alive. No row when no change is draining.
+SELECT pg_snapshot_xmin(pg_current_snapshot()) > s.shard_barrier_transaction_id
+       AND NOT EXISTS (
            SELECT FROM outbox.subscription_leaders AS l
            WHERE l.subscription_id = s.subscription_id AND l.shard_count <> s.shard_count
              AND NOT l.bounded AND l.expires_at > clock_timestamp())

@@ -23,7 +23,7 @@ from outbox.positions import Position
 from outbox.queries import QUERIES
 from outbox.read_servers import ServerState
 from outbox.storable_text import storable_text
-from poller.membership import PLAIN_LAYOUT, Layout, ShardUnit
+from poller.membership import ONLY_SHARD, PLAIN_LAYOUT, Layout, ShardUnit
 from poller.message import Message
 from poller.store import shard_reads
 from poller.store.message_reads import message_from_row
@@ -44,7 +44,7 @@ class ShardReader(Protocol):
     (poller/daemon/process/shared_reads.py)."""
 
     async def read(
-        self, publication: str, unit: ShardUnit, after: Position, until: Position, limit: int
+        self, publication: str, unit: ShardUnit, after: Position, limit: int
     ) -> shard_reads.ShardRead: ...
 
 
@@ -87,17 +87,17 @@ class LeaderStore:
         self._open_alone = open_alone
         self.lease = lease
         self._subscription = lease.subscription_id
-        # Fixed for a term: a term whose layout changes where it matters ends (see the term).
+        # Whether the shard's checkpoint is in a shard row, as the term's layout said, until a
+        # write finds it moved (see write_checkpoint); reads follow it. Whatever this says,
+        # the database holds the reads and checkpoints of a draining count at the change's
+        # barrier (layout_read_bound in sql/fragments.sql).
         self._sharded = not layout.plain
-        self._until = shard_reads.UNBOUNDED
         # A shard's last read: the publication's last message safe to read then (see
         # shard_reads.ShardBatch); None for a plain subscription, whose reads see them all.
         self.last_safe: Position | None = None
         self._oldest_hidden: int | None = None  # a shard's, read with its last read
         # The last read stopped at its row limit before the frontier: read again at once.
         self.more_to_read = False
-        if layout.draining(lease.unit) and layout.barrier is not None:
-            self._until = layout.barrier
 
     # Reads, on the read connection --------------------------------------------------------
 
@@ -105,12 +105,12 @@ class LeaderStore:
         """Raises RetiredPositionError when retention retired messages after `after` (the
         publication's mark, read in the same snapshot): loudly, where reading on would skip."""
         if not self._sharded:
-            return await read_leader_batch_async(self._read_conn, publication, after, limit)
+            return await read_leader_batch_async(
+                self._read_conn, self._subscription, publication, after, limit
+            )
         if self._shard_reader is None:
             raise RuntimeError("a sharded layout's store is built with a shard reader")
-        read = await self._shard_reader.read(
-            publication, self.lease.unit, after, self._until, limit
-        )
+        read = await self._shard_reader.read(publication, self.lease.unit, after, limit)
         self.last_safe = read.last_safe
         self._oldest_hidden = read.oldest_hidden
         self.more_to_read = read.more
@@ -183,14 +183,33 @@ class LeaderStore:
         self, epoch: int, position: Position, runtime: dict[str, Any]
     ) -> bool:
         """False when refused: fenced out, another epoch, it would move backwards, or the
-        subscription's layout is no longer the one this term stores in."""
+        subscription's layout no longer has this term's shard. A draining shard's checkpoint
+        stops at the barrier (in SQL).
+
+        The one shard of one (`ONLY_SHARD`) keeps its checkpoint in the subscription's row
+        while the subscription is plain, in a shard row of its own while a change from or to
+        one shard drains, and its term runs on through such a change: a write refused in one
+        place is tried in the other, and the store keeps to that place from then on. Refused,
+        a plain term's checkpoints of the messages it delivered after a change were lost, and
+        its successor delivered them again."""
         parameters = {
             **self.lease.query_parameters(),
             "epoch": epoch,
             **position.query_parameters(),
             "runtime": json.dumps(runtime),
         }
-        if self._sharded:
+        if await self._write_checkpoint(parameters, sharded=self._sharded):
+            return True
+        if self.lease.unit != ONLY_SHARD:
+            return False
+        if not await self._write_checkpoint(parameters, sharded=not self._sharded):
+            return False
+        self._sharded = not self._sharded
+        self.last_safe, self._oldest_hidden, self.more_to_read = None, None, False
+        return True
+
+    async def _write_checkpoint(self, parameters: dict[str, Any], *, sharded: bool) -> bool:
+        if sharded:
             return await shard_reads.write_shard_checkpoint(self._conn, parameters)
         cursor = await self._conn.execute(QUERIES["write_checkpoint"], parameters)
         return await cursor.fetchone() is not None

@@ -52,12 +52,23 @@ def lock_against_retirement(conn: psycopg.Connection[Any]) -> None:
 
 
 async def read_leader_batch_async(
-    conn: psycopg.AsyncConnection[Any], publication: str, after: Position, limit: int
+    conn: psycopg.AsyncConnection[Any],
+    subscription: str,
+    publication: str,
+    after: Position,
+    limit: int,
 ) -> list[Message]:
-    """read_batch for a leader, refused with RetiredPositionError when retention has retired
-    messages after `after` and the read found some of what follows them (one cheap statement:
-    a read of nothing skips nothing, the next read that finds rows is refused)."""
-    parameters = {"publication": publication, **after.query_parameters("after_"), "limit": limit}
+    """read_batch for a plain subscription's leader, refused with RetiredPositionError when
+    retention has retired messages after `after` and the read found some of what follows them
+    (one cheap statement: a read of nothing skips nothing, the next read that finds rows is
+    refused). No further than the barrier once the subscription's shard count changes."""
+    parameters = {
+        "subscription": subscription,
+        "shard_count": 1,
+        "publication": publication,
+        **after.query_parameters("after_"),
+        "limit": limit,
+    }
     cursor = await conn.execute(QUERIES["read_leader_batch"], parameters, binary=True)
     rows = await cursor.fetchall()
     if rows:

@@ -16,9 +16,6 @@ SHARD_QUERIES = load_queries("shard_queries.sql")
 
 Connection = psycopg.AsyncConnection[Any]
 
-# A position past every real one: an undrained shard's read has no upper bound.
-UNBOUNDED = Position(2**63 - 1, 2**63 - 1)
-
 
 def _unit(unit: ShardUnit) -> dict[str, int]:
     return {"shard_count": unit.shard_count, "shard": unit.shard}
@@ -41,8 +38,9 @@ class ShardsBatch(NamedTuple):
     messages: list[tuple[int, Message]]
     """Each message read with its shard, in delivery order."""
     last_safe: Position | None
-    """The publication's last message safe to read in the read's snapshot (up to `until`),
-    of any shard: after a short read the shards have nothing of their own up to it."""
+    """The publication's last message safe to read in the read's snapshot (up to a draining
+    count's barrier), of any shard: after a short read the shards have nothing of their own
+    up to it."""
     oldest_hidden: int | None
     """The oldest committed transaction after the read's start that the frontier hides."""
     retired_up_to: Position | None
@@ -51,24 +49,26 @@ class ShardsBatch(NamedTuple):
 
 async def read_shards_batch(
     conn: Connection,
+    subscription: str,
     publication: str,
     shard_count: int,
     shards: list[int],
     after: Position,
-    until: Position,
     limit: int,
 ) -> ShardsBatch:
-    """Up to `limit` messages of the named shards (of `shard_count`) after `after`. The
-    caller checks the retired mark against each of its own start positions (see
-    check_not_retired): one read serves shards that start at different places."""
+    """Up to `limit` messages of the named shards (of `shard_count`) after `after`, no further
+    than the subscription's row allows that count in the read's own snapshot (a draining
+    count's barrier; nothing for a count the layout no longer has). The caller checks the
+    retired mark against each of its own start positions (see check_not_retired): one read
+    serves shards that start at different places."""
     cursor = await conn.execute(
         SHARD_QUERIES["read_shards_batch"],
         {
+            "subscription": subscription,
             "publication": publication,
             "shard_count": shard_count,
             "shards": shards,
             **after.query_parameters("after_"),
-            **until.query_parameters("until_"),
             "limit": limit,
         },
         binary=True,

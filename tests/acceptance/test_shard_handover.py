@@ -1,7 +1,7 @@
-"""A handler call that runs past --shutdown-timeout when its shard changes hands or its term
-restarts, with no fault anywhere: a process joins, or the shard count changes. The shard stays
-with the process that runs the call, its lease renewed, until the call returns, so no key ever
-runs in two handlers at once; and a call that has returned is not reported at exit as one the
+"""A handler call that runs past --shutdown-timeout while its shard changes hands or drains,
+with no fault anywhere: a process joins, or the shard count changes. The shard stays with the
+process that runs the call, its lease renewed, until the call returns, so no key ever runs in
+two handlers at once; and a call that has returned is not reported at exit as one the
 shutdown gave up on."""
 
 import itertools
@@ -17,6 +17,7 @@ from tests.support.cli import outbox_succeeds
 from tests.support.daemons import Daemon, DaemonGroup, daemon_group, wait_until
 from tests.support.databases import probe
 from tests.support.gated_handler import create_gate_tables, gated_rows, open_gate
+from tests.support.shards import shard_leases
 
 pytestmark = pytest.mark.slow
 
@@ -110,22 +111,25 @@ def test_a_shard_moves_to_a_joining_process_only_once_its_running_call_returned(
     assert_clean_exit(second, daemons)
 
 
-def test_a_term_restarted_by_a_shard_count_change_waits_for_its_running_call(
+def test_a_term_whose_shard_drains_after_a_count_change_keeps_its_running_call(
     database_url: str, daemons: DaemonGroup
 ) -> None:
+    """The term runs on through the change, its reads held at the barrier, and delivers the
+    key's next message (before the barrier) once the held call returns; the new shards wait
+    for it. It restarted at the change, before: it waited for the call past its shutdown
+    timeout, and handed back what had not started (its successor delivered again what other
+    keys had finished after it)."""
     create(database_url, 1)
     positions = append_held_then_next(database_url, ["key-a"])
     [(held, after)] = positions.values()
     only = daemons.start("sub", *OPTIONS, handler=HANDLER, name="only")
     wait_for_calls_started(database_url, [held])
     outbox_succeeds(database_url, "subscription", "update", "sub", "--shards", "3")
-    only.wait_for_log("shards changed, restarting", 30)
+    only.wait_for_log("delivers up to the barrier, then restarts", 30)
     wait_until(
-        lambda: (
-            WAITING in only.log() or started(database_url, held) > 1 or started(database_url, after)
-        ),
+        lambda: len([s for s in shard_leases(database_url, "sub") if s.shard_count == 3]) == 3,
         30,
-        "the term to wait for its call, or a new term to start the key again",
+        "the new shards to be led, waiting at the barrier",
     )
     assert started(database_url, held) == 1, only.log()
     assert not started(database_url, after), only.log()
@@ -142,6 +146,8 @@ def test_a_term_restarted_by_a_shard_count_change_waits_for_its_running_call(
         60,
         "the change to end",
     )
+    assert (started(database_url, held), started(database_url, after)) == (1, 1), only.log()
+    assert WAITING not in only.log()
     assert_clean_exit(only, daemons)
 
 

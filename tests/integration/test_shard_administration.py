@@ -106,57 +106,66 @@ def test_a_shard_count_out_of_range_is_refused_before_anything_is_written(
         assert shard_rows(conn, "sub") == []
 
 
-def test_a_change_under_a_backlog_puts_the_barrier_at_the_last_safe_message(
+def test_a_change_puts_the_barrier_after_every_transaction_older_than_it(
     database_url: str,
 ) -> None:
     """Plain to two shards: the old unit gets a row at the subscription's checkpoint, the new
-    shards rows at the barrier, which is the last message below the safe frontier: a message
-    committed after an open transaction took its id is not safe yet, so it lands after it."""
+    shards rows at the barrier, the end of the last transaction older than the change's own.
+    A message of an older transaction is before it even when it commits after the change, so
+    the old shards deliver it; one written after the change is after it."""
     with psycopg.connect(database_url) as conn:
         administration.create(conn, "sub", "orders", "start", {})
     backlog = [append(database_url, key=f"customer-{n}") for n in range(5)]
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT pg_current_xact_id()")  # holds the safe frontier here
-        hidden = append(database_url, key="customer-late")
+        [(holder_id,)] = holder.execute("SELECT pg_current_xact_id()::text::bigint").fetchall()
+        hidden = append(database_url, key="customer-hidden")  # behind the holder's frontier
         with psycopg.connect(database_url) as conn:
-            change = shard_administration.change_shard_count(conn, "sub", 2)
-            assert change == (1, 2, backlog[-1])
-            assert hidden > backlog[-1]
-            assert shard_rows(conn, "sub") == [
-                (1, 0, START),
-                (2, 0, backlog[-1]),
-                (2, 1, backlog[-1]),
-            ]
+            [(own,)] = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchall()
+            change = shard_administration.change_shard_count(conn, "sub", 2)  # a savepoint
+            conn.commit()
+            barrier = Position(own - 1, MAX_PART)
+            assert change == (1, 2, barrier)
+            assert backlog[-1] < hidden < barrier
+            assert shard_rows(conn, "sub") == [(1, 0, START), (2, 0, barrier), (2, 1, barrier)]
             # The floor stays; the change is stored whole; the epoch does not move.
-            assert subscription_row(conn, "sub")[:7] == (*START, 0, 2, 1, *backlog[-1])
+            assert subscription_row(conn, "sub")[:7] == (*START, 0, 2, 1, *barrier)
             record = administration.get(conn, "sub")
-        holder.rollback()
+        late = outbox.append(holder, "orders", "T", {}, partition_key="customer-late")
+        holder.commit()
+    assert Position(holder_id, late) < barrier
+    assert append(database_url, key="customer-after") > barrier
     assert (record.layout.shard_count, record.layout.draining_shard_count) == (2, 1)
-    assert record.layout.barrier == backlog[-1]
+    assert record.layout.barrier == barrier
 
 
-def test_the_barrier_is_the_greatest_shard_checkpoint_when_one_stands_past_every_message(
-    database_url: str,
-) -> None:
-    """A shard at the frontier (`end`) is past the last message: new shards start there, not
-    behind what it finished. From 4 shards to 1, no row of one shard is added for the old."""
+def test_the_barrier_is_never_behind_a_shard_checkpoint(database_url: str) -> None:
+    """A shard at the frontier (`end`) is past the last message, and the barrier past it: the
+    new shards start after what it finished. One further on still (stored by hand: a seek
+    refuses positions from the future) is where the barrier goes. From 4 shards to 1, no row
+    of one shard is added for the old."""
     backlog = [append(database_url, key=f"customer-{n}") for n in range(4)]
     end = Position(backlog[-1].transaction_id + 1, MAX_PART)
+    further = Position(backlog[-1].transaction_id + 1000, 7)
     with psycopg.connect(database_url) as conn:
         administration.create(conn, "sub", "orders", "start", {}, shards=4)
+        administration.create(conn, "other", "orders", "start", {}, shards=2)
         set_shard_checkpoint(conn, "sub", 4, 2, end)
         set_shard_checkpoint(conn, "sub", 4, 1, backlog[1])
+        set_shard_checkpoint(conn, "other", 2, 1, further)
         conn.commit()
         change = shard_administration.change_shard_count(conn, "sub", 1)
-        assert change == (4, 1, end)
+        assert change.barrier is not None
+        assert (change.previous, change.shard_count) == (4, 1)
+        assert end < change.barrier
         assert shard_rows(conn, "sub") == [
-            (1, 0, end),
+            (1, 0, change.barrier),
             (4, 0, START),
             (4, 1, backlog[1]),
             (4, 2, end),
             (4, 3, START),
         ]
-        assert subscription_row(conn, "sub")[3:7] == (1, 4, *end)
+        assert subscription_row(conn, "sub")[3:7] == (1, 4, *change.barrier)
+        assert shard_administration.change_shard_count(conn, "other", 3).barrier == further
 
 
 def test_a_second_change_while_one_drains_is_refused_and_changes_nothing(
@@ -286,7 +295,8 @@ def test_the_shard_view_counts_each_shards_own_messages(database_url: str) -> No
         ]
 
         barrier = shard_administration.change_shard_count(conn, "sharded", 2).barrier
-        assert barrier == last
+        assert barrier is not None
+        assert last < barrier
         more = append(database_url, key="customer-0")
         conn.commit()
         draining = inspection.shards(conn, "sharded")

@@ -30,14 +30,16 @@ KEYS = [f"key-{n}" for n in range(40)]
 
 
 def append_safely(url: str, count: int) -> list[Position]:
-    """`count` messages over KEYS (every tenth keyless), once all are safe to read."""
+    """`count` more messages over KEYS (every tenth keyless); every message of the
+    publication, once all are safe to read."""
     with psycopg.connect(url, autocommit=True) as conn:
+        total = count + len(read_batch(conn, "orders", Position(0, 0), 100_000))
         for n in range(count):
             key = None if n % 10 == 9 else KEYS[n % len(KEYS)]
             outbox.append(conn, "orders", "T", {"n": n}, partition_key=key)
         # Other tests' transactions on this server hold the safe frontier back a moment.
         deadline = time.monotonic() + 30
-        while len(batch := read_batch(conn, "orders", Position(0, 0), 100_000)) < count:
+        while len(batch := read_batch(conn, "orders", Position(0, 0), 100_000)) < total:
             assert time.monotonic() < deadline, "the messages never became safe to read"
             time.sleep(0.01)
         return [m.at for m in batch]
@@ -53,7 +55,7 @@ async def leader(url: str, unit: ShardUnit, holder: str = "") -> LeaderStore:
     reads = SharedConnection(
         Reconnector(url, holder, f"{holder} reads", prepare=prepare_reader_async)
     )
-    reader = SharedShardReads(reads, asyncio.Event())
+    reader = SharedShardReads(reads, asyncio.Event(), "sub")
     return LeaderStore(conn, conn, lease, record.layout, shard_reader=reader)
 
 
@@ -123,9 +125,11 @@ async def test_a_change_ends_only_after_every_old_shard_reached_the_barrier(
     unbounded = await leader(database_url, ShardUnit(1, 0), "outbox-poller:before")
     with psycopg.connect(database_url, autocommit=True) as conn:
         change = change_shard_count(conn, "sub", 2)
-    assert change.barrier == positions[-1]
-    # The term that leads the one old shard began before the change: it reads unbounded.
-    assert not await unbounded.write_checkpoint(0, positions[10], {})  # plain writes refused
+    assert change.barrier is not None
+    assert positions[-1] < change.barrier
+    # The term that leads the one old shard began before the change, as a plain one: its
+    # checkpoint goes to its shard's row now, where its successor starts.
+    assert await unbounded.write_checkpoint(0, positions[10], {})
     new = [await leader(database_url, ShardUnit(2, shard)) for shard in range(2)]
     assert not await new[0].shard_change_drained()
     await unbounded.release()
@@ -135,7 +139,7 @@ async def test_a_change_ends_only_after_every_old_shard_reached_the_barrier(
         database_url, "SELECT bounded FROM outbox.subscription_leaders WHERE shard_count = 1"
     )
     assert bounded
-    append_safely(database_url, 60)  # 10 more, after the barrier
+    append_safely(database_url, 10)  # after the barrier
     read = await old.read_batch("orders", Position(0, 0), 1000)
     assert [m.at for m in read] == positions  # a draining shard reads up to the barrier only
     assert await old.write_checkpoint(0, positions[-2], {})
@@ -153,8 +157,9 @@ async def test_a_change_ends_only_after_every_old_shard_reached_the_barrier(
     assert stored(
         database_url, "SELECT shard_count, shard FROM outbox.subscription_shards ORDER BY shard"
     ) == [(2, 0), (2, 1)]
-    assert floor_of(database_url) == positions[-1]
+    assert floor_of(database_url) == change.barrier  # where the new shards start
     assert not await old.write_checkpoint(0, positions[-1], {})  # its row is gone
+    assert floor_of(database_url) == change.barrier
 
 
 async def test_a_change_to_one_shard_makes_the_subscription_plain_again(
@@ -164,21 +169,21 @@ async def test_a_change_to_one_shard_makes_the_subscription_plain_again(
         administration.create(conn, "sub", "orders", "start", {}, shards=2)
     positions = append_safely(database_url, 30)
     with psycopg.connect(database_url, autocommit=True) as conn:
-        change_shard_count(conn, "sub", 1)
+        change = change_shard_count(conn, "sub", 1)
     old = [await leader(database_url, ShardUnit(2, shard)) for shard in range(2)]
     single = await leader(database_url, ShardUnit(1, 0))
     for store in old:
         assert await store.write_checkpoint(0, positions[-1], {})
     assert await single.finish_shard_change()
     assert stored(database_url, "SELECT count(*) FROM outbox.subscription_shards") == [(0,)]
-    assert floor_of(database_url) == positions[-1]
-    # Plain again: its term restarts (its store wrote the shard row), and the next one
-    # writes the subscription's own row.
-    await single.release()
-    plain = await leader(database_url, ShardUnit(1, 0), "outbox-poller:plain")
-    more = append_safely(database_url, 31)
-    assert await plain.write_checkpoint(0, more[-1], {})
+    assert floor_of(database_url) == change.barrier  # the one shard's, where it started
+    # Plain again: its term runs on, and its store, finding its shard row gone, writes the
+    # subscription's own row, and reads as a plain subscription's leader, from then on.
+    more = append_safely(database_url, 1)
+    assert await single.write_checkpoint(0, more[-1], {})
     assert floor_of(database_url) == more[-1]
+    assert [m.at for m in await single.read_batch("orders", more[-2], 10)] == [more[-1]]
+    assert single.last_safe is None
 
 
 async def test_a_shard_without_messages_does_not_hold_the_floor_back(database_url: str) -> None:

@@ -13,13 +13,13 @@ import pytest
 import outbox
 from outbox.positions import START, Position
 from outbox.shards import message_shard
+from poller import administration
 from poller.daemon.process.shared_connection import SharedConnection
 from poller.daemon.process.shared_reads import SharedShardReads
 from poller.membership import ShardUnit
 from poller.message import Message
 from poller.reconnect import Reconnector
 from poller.store.message_reads import prepare_reader_async, read_batch
-from poller.store.shard_reads import UNBOUNDED
 
 pytestmark = pytest.mark.asyncio
 
@@ -42,6 +42,12 @@ def append(url: str, count: int, keys: list[str | None] | None = None) -> list[M
     raise AssertionError("the messages never became safe to read")
 
 
+def create_sharded(url: str, shards: int) -> None:
+    """The subscription the reads are for: a shard reads as far as its row lets its count."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        administration.create(conn, "sub", "orders", "start", {}, shards=shards)
+
+
 def own(messages: list[Message], unit: ShardUnit) -> list[Position]:
     return [
         m.at
@@ -56,7 +62,7 @@ async def shared(database_url: str) -> AsyncIterator[SharedShardReads]:
         database_url, "outbox-poller:test", "reads", prepare=prepare_reader_async
     )
     connection = SharedConnection(reconnector)
-    reads = SharedShardReads(connection, asyncio.Event(), most_rows=64)
+    reads = SharedShardReads(connection, asyncio.Event(), "sub", most_rows=64)
     try:
         yield reads
     finally:
@@ -67,11 +73,10 @@ async def shared(database_url: str) -> AsyncIterator[SharedShardReads]:
 async def test_asks_that_meet_are_answered_by_one_read_each_with_its_own_messages(
     database_url: str, shared: SharedShardReads
 ) -> None:
+    create_sharded(database_url, 16)
     messages = append(database_url, 40)
     units = [ShardUnit(16, shard) for shard in range(16)]
-    answers = await asyncio.gather(
-        *(shared.read("orders", unit, START, UNBOUNDED, 100) for unit in units)
-    )
+    answers = await asyncio.gather(*(shared.read("orders", unit, START, 100) for unit in units))
     assert shared.reads == 1
     for unit, answer in zip(units, answers, strict=True):
         assert [m.at for m in answer.messages] == own(messages, unit)
@@ -84,6 +89,7 @@ async def test_shards_far_apart_drain_exactly_their_own_messages_through_cut_rea
 ) -> None:
     """Random limits and starts, reads cut at 64 rows: every shard reads each of its messages
     once, in order, and the shared reads cost about what one reader of everything would."""
+    create_sharded(database_url, 4)
     messages = append(database_url, 600)
     units = [ShardUnit(4, shard) for shard in range(4)]
     rng = random.Random(3)
@@ -94,7 +100,7 @@ async def test_shards_far_apart_drain_exactly_their_own_messages_through_cut_rea
 
     async def drain(unit: ShardUnit) -> None:
         while True:
-            answer = await shared.read("orders", unit, read_to[unit], UNBOUNDED, rng.randint(1, 40))
+            answer = await shared.read("orders", unit, read_to[unit], rng.randint(1, 40))
             got[unit] += [m.at for m in answer.messages]
             if answer.messages:
                 read_to[unit] = answer.messages[-1].at
@@ -118,22 +124,23 @@ async def test_a_read_carries_the_shards_that_did_not_ask_and_answers_them_witho
     shard 1's new messages, which shard 1's own ask then gets with no read of its own, in
     order and complete, then it reads on as before."""
     units = ShardUnit(2, 0), ShardUnit(2, 1)
+    create_sharded(database_url, 2)
     first = append(database_url, 20)
     reached = {}
     for unit in units:
-        answer = await shared.read("orders", unit, START, UNBOUNDED, 100)
+        answer = await shared.read("orders", unit, START, 100)
         reached[unit] = answer.messages[-1].at
     new = [m for m in append(database_url, 20) if m.at > first[-1].at]
     before = shared.reads
-    zero = await shared.read("orders", units[0], reached[units[0]], UNBOUNDED, 100)
+    zero = await shared.read("orders", units[0], reached[units[0]], 100)
     assert [m.at for m in zero.messages] == own(new, units[0])
     assert shared.reads == before + 1
-    one = await shared.read("orders", units[1], reached[units[1]], UNBOUNDED, 3)
+    one = await shared.read("orders", units[1], reached[units[1]], 3)
     assert shared.reads == before + 1  # kept for it by shard 0's read
-    rest = await shared.read("orders", units[1], one.messages[-1].at, UNBOUNDED, 100)
+    rest = await shared.read("orders", units[1], one.messages[-1].at, 100)
     assert shared.reads == before + 1
     assert [m.at for m in one.messages + rest.messages] == own(new, units[1])
-    after_all = await shared.read("orders", units[1], rest.messages[-1].at, UNBOUNDED, 100)
+    after_all = await shared.read("orders", units[1], rest.messages[-1].at, 100)
     assert after_all.messages == []
     assert shared.reads == before + 2
 
@@ -151,6 +158,7 @@ async def test_a_shard_asking_with_one_far_ahead_moves_past_the_rows_it_has_none
     moves past what such a read covered, they ask again together and the read repeats
     for ever."""
     zero, one = key_of(0, 2), key_of(1, 2)
+    create_sharded(database_url, 2)
     messages = append(database_url, 200, [zero] * 150 + [one] * 50)
     units = ShardUnit(2, 0), ShardUnit(2, 1)
     read_to = {units[0]: messages[149].at, units[1]: START}
@@ -158,7 +166,7 @@ async def test_a_shard_asking_with_one_far_ahead_moves_past_the_rows_it_has_none
 
     async def drain(unit: ShardUnit) -> None:
         for _ in range(50):
-            answer = await shared.read("orders", unit, read_to[unit], UNBOUNDED, 64)
+            answer = await shared.read("orders", unit, read_to[unit], 64)
             got[unit] += [m.at for m in answer.messages]
             if answer.messages:
                 read_to[unit] = answer.messages[-1].at
@@ -176,6 +184,7 @@ async def test_a_shard_asking_with_one_far_ahead_moves_past_the_rows_it_has_none
 async def test_a_retired_start_fails_its_own_ask_only(
     database_url: str, shared: SharedShardReads
 ) -> None:
+    create_sharded(database_url, 2)
     messages = append(database_url, 20)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
@@ -184,8 +193,8 @@ async def test_a_retired_start_fails_its_own_ask_only(
             (messages[4].at.transaction_id, messages[4].at.position),
         )
     before, after = await asyncio.gather(
-        shared.read("orders", ShardUnit(2, 0), START, UNBOUNDED, 100),
-        shared.read("orders", ShardUnit(2, 1), messages[4].at, UNBOUNDED, 100),
+        shared.read("orders", ShardUnit(2, 0), START, 100),
+        shared.read("orders", ShardUnit(2, 1), messages[4].at, 100),
         return_exceptions=True,
     )
     assert isinstance(before, Exception)

@@ -43,7 +43,6 @@ class _Expected(NamedTuple):
     """Where a shard's next ask is expected to start (after what it was last given)."""
 
     publication: str
-    until: Position
     after: Position
     limit: int
 
@@ -52,7 +51,6 @@ class _Ahead(NamedTuple):
     """A shard's messages read before it asked: every one after `read_from` up to `end`; it
     has none in (`after`, `read_from`], so an ask from anywhere there gets these."""
 
-    until: Position
     after: Position
     read_from: Position
     messages: list[Message]
@@ -65,7 +63,6 @@ class _Ask:
     publication: str
     unit: ShardUnit
     after: Position
-    until: Position
     limit: int
     answer: "asyncio.Future[ShardRead]" = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -77,9 +74,11 @@ class SharedShardReads:
         self,
         connection: SharedConnection,
         stop: asyncio.Event,
+        subscription: str,
         most_rows: int = MOST_ROWS,
     ) -> None:
         self._connection = connection
+        self._subscription = subscription
         self._stop = stop
         self._most_rows = most_rows
         self._asks: list[_Ask] = []
@@ -92,20 +91,16 @@ class SharedShardReads:
         """Shared reads run so far (for tests and the bench: asks answered per read)."""
 
     async def read(
-        self, publication: str, unit: ShardUnit, after: Position, until: Position, limit: int
+        self, publication: str, unit: ShardUnit, after: Position, limit: int
     ) -> ShardRead:
-        """Up to `limit` messages of `unit` after `after` (no further than `until`). Raises
-        what the read raised (a lost connection: the term ends as for its own), and
-        RetiredPositionError when retention retired messages after `after`."""
+        """Up to `limit` messages of `unit` after `after` (no further than the database lets
+        its shard count read: a draining count's barrier). Raises what the read raised (a
+        lost connection: the term ends as for its own), and RetiredPositionError when
+        retention retired messages after `after`."""
         ahead = self._ahead.pop(unit, None)
-        if (
-            ahead is not None
-            and limit > 0
-            and ahead.until == until
-            and ahead.after <= after <= ahead.read_from
-        ):
+        if ahead is not None and limit > 0 and ahead.after <= after <= ahead.read_from:
             return self._from_ahead(publication, unit, ahead, limit)
-        ask = _Ask(publication, unit, after, until, limit)
+        ask = _Ask(publication, unit, after, limit)
         self._asks.append(ask)
         if self._serving is None or self._serving.done():
             self._serving = asyncio.create_task(self._serve(), name="shared reads")
@@ -124,7 +119,7 @@ class SharedShardReads:
             self._ahead[unit] = ahead._replace(
                 after=taken[-1].at, read_from=taken[-1].at, messages=rest
             )
-        self._expected[unit] = _Expected(publication, ahead.until, taken[-1].at, limit)
+        self._expected[unit] = _Expected(publication, taken[-1].at, limit)
         return ShardRead(taken, ahead.end, ahead.oldest_hidden, False)
 
     async def close(self) -> None:
@@ -139,9 +134,9 @@ class SharedShardReads:
             await asyncio.sleep(0)
             asks = [ask for ask in self._asks if not ask.answer.done()]
             self._asks = []
-            groups: dict[tuple[str, int, Position], list[_Ask]] = defaultdict(list)
+            groups: dict[tuple[str, int], list[_Ask]] = defaultdict(list)
             for ask in asks:
-                groups[ask.publication, ask.unit.shard_count, ask.until].append(ask)
+                groups[ask.publication, ask.unit.shard_count].append(ask)
             for group in groups.values():
                 try:
                     self._asks.extend(await self._read_for(group))
@@ -157,23 +152,23 @@ class SharedShardReads:
                         raise
 
     async def _read_for(self, asks: list[_Ask]) -> list[_Ask]:
-        """One read for asks of one publication, shard count and bound (and the riders it
-        can carry); returns the asks it did not reach."""
+        """One read for asks of one publication and shard count (and the riders it can
+        carry); returns the asks it did not reach."""
         first = asks[0]
         starts = {ask: self._start_of(ask.unit, ask.after) for ask in asks}
         start = min(starts.values())
-        riders = self._riders(first.publication, first.unit.shard_count, first.until, asks, start)
+        riders = self._riders(first.publication, first.unit.shard_count, asks, start)
         wanted = sum(ask.limit for ask in asks) + sum(e.limit for _, e, _ in riders)
         limit = min(wanted, self._most_rows)
         conn = await self._connection.get(self._stop)
         shards = {ask.unit.shard for ask in asks} | {unit.shard for unit, _, _ in riders}
         batch = await read_shards_batch(
             conn,
+            self._subscription,
             first.publication,
             first.unit.shard_count,
             sorted(shards),
             start,
-            first.until,
             limit,
         )
         self.reads += 1
@@ -197,7 +192,7 @@ class SharedShardReads:
         return unreached
 
     def _riders(
-        self, publication: str, shard_count: int, until: Position, asks: list[_Ask], start: Position
+        self, publication: str, shard_count: int, asks: list[_Ask], start: Position
     ) -> list[tuple[ShardUnit, _Expected, Position]]:
         """The process's other shards of the same count this read can carry: those expected
         to ask next at or after its start, with nothing kept for them yet."""
@@ -209,7 +204,6 @@ class SharedShardReads:
                 or unit in self._ahead
                 or unit.shard_count != shard_count
                 or expected.publication != publication
-                or expected.until != until
             ):
                 continue
             read_from = self._start_of(unit, expected.after)
@@ -231,9 +225,7 @@ class SharedShardReads:
             return  # its own ask will be refused, loudly
         own = [message for message in read if message.at > read_from]
         if own:
-            self._ahead[unit] = _Ahead(
-                expected.until, expected.after, read_from, own, end, batch.oldest_hidden
-            )
+            self._ahead[unit] = _Ahead(expected.after, read_from, own, end, batch.oldest_hidden)
         else:
             self._nothing_between(unit, read_from, end)
 
@@ -259,7 +251,7 @@ class SharedShardReads:
         if complete and end is not None:
             self._nothing_between(ask.unit, taken[-1].at if taken else start, end)
         next_after = taken[-1].at if taken else ask.after
-        self._expected[ask.unit] = _Expected(ask.publication, ask.until, next_after, ask.limit)
+        self._expected[ask.unit] = _Expected(ask.publication, next_after, ask.limit)
         ask.answer.set_result(ShardRead(taken, end, batch.oldest_hidden, full and complete))
 
     def _start_of(self, unit: ShardUnit, after: Position) -> Position:

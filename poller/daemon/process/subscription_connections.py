@@ -60,7 +60,7 @@ class SubscriptionConnections:
                 prepare=prepare_reader_async,
             )
         )
-        self.shard_reads = SharedShardReads(self.reads, stop)
+        self.shard_reads = SharedShardReads(self.reads, stop, subscription_id)
         # Per shard, until when a takeover's term may start nothing (see SelfFence): kept by
         # the process, not the term, as its next term may re-take the lease as its own.
         self.not_before: dict[ShardUnit, float] = {}

@@ -126,9 +126,11 @@ class LeadershipTerm:
             self._renew,
             self._restart,
         )
-        # What of the shard layout this term was built for; a change of it ends the term.
+        # Whether this term's shard drained when it began, and whether a change of the count
+        # has made it drain since (see _follow_layout).
         self._unit = store.lease.unit
-        self._layout_mode = self._mode(record.layout)
+        self._began_draining = record.layout.draining(self._unit)
+        self._restart_once_drained = False
         # A shard of a new count during a change starts only once the old shards are done.
         self._barrier_passed = not record.layout.waits_for_barrier(self._unit)
         # Settings other than the consumer count changed: end this term gracefully and let
@@ -165,7 +167,9 @@ class LeadershipTerm:
         try:
             done, _ = await asyncio.wait(loops | {stopping}, return_when=asyncio.FIRST_COMPLETED)
             for task in done & loops:
-                task.result()  # a loop only ends by raising: the term is over
+                # A loop only ends by raising (the term is over), or the reader once a drained
+                # shard's term restarts.
+                task.result()
             await self._finish_gracefully(reader, ticker, writer)
         finally:
             self._metrics.standing_by(self.machine)
@@ -222,6 +226,14 @@ class LeadershipTerm:
             )
             # A shared read cut by its row limit before the frontier: more may follow at once.
             more = self._store.more_to_read
+            if self._restart_once_drained and short and not more and self._all_finished():
+                log.info(
+                    "subscription %s: shard %s finished all it read up to the barrier; restarting",
+                    self._record.subscription_id,
+                    self._unit,
+                )
+                self._restart()
+                return  # the term ends gracefully, with nothing to hand back
             # Only an empty read asks whether rows wait behind the frontier: one that found
             # messages reads again at once whatever the answer, and the question cost a round
             # trip per read while messages flow (bench/fixed_rate.py).
@@ -352,10 +364,7 @@ class LeadershipTerm:
             self._carry_out(self.machine.seek(state.checkpoint, state.epoch, now))
         if state.settings != self._stored_settings:
             self._apply_settings(state.settings, now)
-        if self._mode(state.layout) != self._layout_mode:
-            log.info("subscription %s: shards changed, restarting", self._record.subscription_id)
-            self._term_writes.layout_changed()
-            self._restart()
+        if self._follow_layout(state.layout):
             return
         # A draining shard replays nothing (the new shards own every parked message), nor
         # does a new one before the old ones are done: the request waits for it.
@@ -366,15 +375,44 @@ class LeadershipTerm:
 
     # A change of the shard count ----------------------------------------------------------
 
-    def _mode(self, layout: Layout) -> tuple[bool, bool, bool]:
-        """What of the layout this term's reads and writes depend on: whether its shard is in
-        it, whether checkpoints are per shard, and whether its reads stop at the barrier."""
-        return (layout.has(self._unit), not layout.plain, layout.draining(self._unit))
+    def _follow_layout(self, layout: Layout) -> bool:
+        """A change of the shard count as a renewal shows it; True when the term ends now.
+
+        Its shard newly draining: the database already holds its reads and checkpoints at the
+        barrier, so the term delivers on up to there and restarts once it has finished all it
+        read (the change waits for that: shard_change_drained). Restarting at once handed back
+        what had not started while later messages of other keys had finished, and its
+        successor, starting at the checkpoint, delivered those again. Its shard gone from the
+        layout (a change ended without it), or no longer draining (ended, and the count made
+        again): the term ends now. A move of the checkpoint between the subscription's row
+        and a shard row of its own the store follows (LeaderStore.write_checkpoint)."""
+        draining = layout.draining(self._unit)
+        if layout.has(self._unit) and draining == self._began_draining:
+            return False
+        if layout.has(self._unit) and draining:
+            if not self._restart_once_drained:
+                log.info(
+                    "subscription %s: shards changed; shard %s delivers up to the barrier,"
+                    " then restarts",
+                    self._record.subscription_id,
+                    self._unit,
+                )
+                self._restart_once_drained = True
+            return False
+        log.info("subscription %s: shards changed, restarting", self._record.subscription_id)
+        self._term_writes.layout_changed()
+        self._restart()
+        return True
+
+    def _all_finished(self) -> bool:
+        """Every message read is finished (acked or parked): nothing buffered, running or
+        waiting for a retry."""
+        return self.machine.checkpoint == self.machine.next_read_position
 
     async def _wait_for_old_shards(self) -> None:
         """Wait until every shard of the old count has finished all its messages up to the
-        barrier and no unbounded term of it runs, then end the change (any new shard's leader
-        may; the first one does)."""
+        barrier, no unbounded term of it runs and no transaction older than the change can
+        still commit, then end the change (any new shard's leader may; the first one does)."""
         if await self._store.shard_change_drained():
             await self._store.finish_shard_change()
             self._barrier_passed = True
