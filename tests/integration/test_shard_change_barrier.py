@@ -117,35 +117,43 @@ async def test_a_writer_older_than_the_change_that_commits_during_it_is_the_old_
 async def test_a_change_ends_only_after_every_transaction_older_than_it(
     database_url: str,
 ) -> None:
-    """A writer older than the change may still commit after it, at or before the barrier:
-    its messages are the old shards'. The change must not end while it may still commit, or
-    nobody delivers them (the old shards' rows go, the new shards start after the barrier)."""
+    """A writer older than the change that appended before it may still commit after it, at or
+    before the barrier: its messages are the old shards'. The change must not end while it may
+    still commit, or nobody delivers them (the old shards' rows go, the new shards start after
+    the barrier). An older writer that appends after the change committed is ordered after the
+    change (commit order, docs/architecture.md), so past the barrier: the new shards'."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         administration.create(conn, "sub", "orders", "start", {}, shards=2)
     append_safely(database_url, 10)
-    with psycopg.connect(database_url) as writer:
-        writer.execute("SELECT pg_current_xact_id()")  # older than the change
+    with psycopg.connect(database_url) as early, psycopg.connect(database_url) as later:
+        early.execute("SELECT pg_current_xact_id()")  # both older than the change
+        later.execute("SELECT pg_current_xact_id()")
+        before = outbox.append(early, "orders", "T", {}, partition_key="before")
         with psycopg.connect(database_url, autocommit=True) as conn:
             change = change_shard_count(conn, "sub", 3)
         assert change.barrier is not None
+        after = outbox.append(later, "orders", "T", {}, partition_key="after")
         old = [await leader(database_url, ShardUnit(2, s)) for s in range(2)]
-        new = await leader(database_url, ShardUnit(3, 0))
+        new = [await leader(database_url, ShardUnit(3, s)) for s in range(3)]
         for store in old:
             await store.read_batch("orders", START, 100)
             assert store.last_safe is not None
             assert await store.write_checkpoint(0, store.last_safe, {})
-        assert not await new.shard_change_drained()
-        late = outbox.append(writer, "orders", "T", {}, partition_key="late")
-        writer.commit()
+        assert not await new[0].shard_change_drained()
+        early.commit()
+        later.commit()
     delivered = []
     for store in old:
         start = shard_checkpoint(database_url, store.lease.unit)
         delivered += [m.at for m in await store.read_batch("orders", start, 100)]
-    assert [at.position for at in delivered] == [late]
+    assert [at.position for at in delivered] == [before]
     assert delivered[0] <= change.barrier
-    assert not await new.shard_change_drained()  # its shard has not finished it yet
+    assert not await new[0].shard_change_drained()  # its shard has not finished it yet
     for store in old:
         assert store.last_safe is not None
         assert await store.write_checkpoint(0, store.last_safe, {})
-    assert await new.shard_change_drained()
-    assert await new.finish_shard_change()
+    assert await new[0].shard_change_drained()
+    read_by_new = [
+        m.at for store in new for m in await store.read_batch("orders", change.barrier, 100)
+    ]
+    assert [at.position for at in read_by_new] == [after]
