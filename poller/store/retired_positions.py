@@ -13,6 +13,7 @@ import psycopg
 
 from outbox.positions import Position, readable
 from outbox.queries import QUERIES
+from outbox.read_servers import ReadProof, proof_parameters
 from poller.message import Message
 from poller.store.message_reads import message_from_row
 
@@ -52,12 +53,22 @@ def lock_against_retirement(conn: psycopg.Connection[Any]) -> None:
 
 
 async def read_leader_batch_async(
-    conn: psycopg.AsyncConnection[Any], publication: str, after: Position, limit: int
+    conn: psycopg.AsyncConnection[Any],
+    publication: str,
+    after: Position,
+    limit: int,
+    proof: ReadProof | None,
 ) -> list[Message]:
     """read_batch for a leader, refused with RetiredPositionError when retention has retired
     messages after `after` and the read found some of what follows them (one cheap statement:
-    a read of nothing skips nothing, the next read that finds rows is refused)."""
-    parameters = {"publication": publication, **after.query_parameters("after_"), "limit": limit}
+    a read of nothing skips nothing, the next read that finds rows is refused). Nothing is
+    read from a server that fails `proof` (see the query)."""
+    parameters = {
+        "publication": publication,
+        **after.query_parameters("after_"),
+        "limit": limit,
+        **proof_parameters(proof),
+    }
     cursor = await conn.execute(QUERIES["read_leader_batch"], parameters, binary=True)
     rows = await cursor.fetchall()
     if rows:
