@@ -378,7 +378,9 @@ async def read_both(url: str, publication: str) -> tuple[tuple[int, float], tupl
             return await read_batch_async(conn, publication, after, PAGE)
 
         async def shard(after: Position) -> list[Message]:
-            batch = await read_shards_batch(conn, publication, publication, 4, [0], after, PAGE)
+            batch = await read_shards_batch(
+                conn, publication, publication, 4, [0], after, PAGE, None
+            )
             return [message for _, message in batch.messages]
 
         return await fastest(whole), await fastest(shard)

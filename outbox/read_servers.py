@@ -10,7 +10,7 @@ is replayed, which comes after its rows in the WAL. So below a standby's frontie
 transaction has ended and its rows are there, as on the primary; the frontier is only older.
 What breaks the rule is a server whose transaction ids are not the primary's: another
 cluster, a logical replica, a standby promoted while the primary still takes writes. Those are
-refused (`refusal`).
+refused (`refusal`), before the reads start and in each read's own statement (`ReadProof`).
 """
 
 import datetime
@@ -23,6 +23,14 @@ import psycopg
 class ReadServerRefusedError(ValueError):
     """The read server is not a standby of the primary (nor the primary itself): reading there
     could skip messages. A ValueError: a daemon started with it is misconfigured (exit 2)."""
+
+
+@dataclass(frozen=True)
+class ServerIdentity:
+    """Which server: the cluster it is a copy of, and its postmaster's lifetime."""
+
+    system_identifier: int
+    started_at: datetime.datetime
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,10 @@ class ServerState:
     def from_row(cls, row: tuple[Any, ...]) -> "ServerState":
         return cls(*row)
 
+    @property
+    def identity(self) -> ServerIdentity:
+        return ServerIdentity(self.system_identifier, self.started_at)
+
 
 def server_state(conn: psycopg.Connection[Any]) -> ServerState:
     from outbox.queries import QUERIES  # loads sql/ on first use, not when Spark imports this
@@ -55,7 +67,7 @@ def server_state(conn: psycopg.Connection[Any]) -> ServerState:
     return ServerState.from_row(row)
 
 
-def refusal(read: ServerState, primary: ServerState) -> str | None:
+def refusal(read: ServerState, primary: ServerIdentity) -> str | None:
     """Why the snapshot-safe read must not run on `read` for `primary`'s messages, or None
     when it may: `read` is a standby of the primary's cluster, or the primary itself."""
     if read.system_identifier != primary.system_identifier:
@@ -74,10 +86,55 @@ def refusal(read: ServerState, primary: ServerState) -> str | None:
     )
 
 
-def check_read_server(read: ServerState, primary: ServerState, masked_url: str) -> None:
-    reason = refusal(read, primary)
+def check_read_server(read: ServerState, primary: ServerState, masked_url: str) -> "ReadProof":
+    """Raises ReadServerRefusedError naming `masked_url` and why; else what each read of it
+    must prove from then on."""
+    reason = refusal(read, primary.identity)
     if reason is not None:
         raise ReadServerRefusedError(f"read server {masked_url} refused: {reason}")
+    return ReadProof(primary.identity, masked_url)
+
+
+@dataclass(frozen=True)
+class ReadProof:
+    """What every read of a read server proves in its own statement: that the server is still
+    a standby of the primary's cluster, or is the primary (`refusal`'s rule; in SQL, the
+    fragment read_server_proven, given `query_parameters`).
+
+    A check before the reads is not enough: a standby promoted between it and a read counts
+    the primary's transactions still open as ended (it never sees their commits), so its
+    frontier jumps past them, and a read there delivers what follows them, or moves a quiet
+    shard's checkpoint over them, for good. The proof is evaluated after the statement's
+    snapshot was taken, and recovery never resumes once it ended, so a proof that holds says
+    the snapshot was a standby's."""
+
+    primary: ServerIdentity
+    """The primary the check before the reads found."""
+    read_server: str
+    """The read server's URL, its password masked, to name in a refusal."""
+
+    def query_parameters(self) -> dict[str, Any]:
+        return {
+            "primary_system_identifier": self.primary.system_identifier,
+            "primary_started_at": self.primary.started_at,
+        }
+
+    def refused(self, read: ServerState) -> ReadServerRefusedError:
+        """The error for a read whose proof failed, `read` being its server as asked since."""
+        reason = refusal(read, self.primary) or (
+            "it was no standby of the primary's cluster, nor the primary, when it ran a read"
+        )
+        return ReadServerRefusedError(
+            f"read server {self.read_server} refused: {reason}; nothing it read was used"
+        )
+
+
+def proof_parameters(proof: ReadProof | None) -> dict[str, Any]:
+    """The parameters of a read's proof; None (the reads go to the database itself) gives
+    nulls, which the fragment takes for nothing to prove."""
+    if proof is None:
+        return {"primary_system_identifier": None, "primary_started_at": None}
+    return proof.query_parameters()
 
 
 @dataclass(frozen=True)

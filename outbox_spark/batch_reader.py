@@ -16,10 +16,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from outbox.positions import Position
+from outbox.read_servers import ReadProof
 from outbox_spark import batches
 from outbox_spark.copy_reader import APPLICATION_NAME, read_slice
 from outbox_spark.options import BatchOptions, OptionError
-from outbox_spark.partitions import Slice
+from outbox_spark.partitions import SlicePartition
 from outbox_spark.retired_ranges import mark_statement, refuse_retired
 from outbox_spark.standby_reads import check_reads
 
@@ -35,14 +36,15 @@ class OutboxBatchReader(DataSourceReader):
         with psycopg.connect(
             options.reads.conninfo(), autocommit=True, application_name=APPLICATION_NAME
         ) as conn:
+            proof = None
             if options.read_database is not None:
                 with psycopg.connect(
                     options.database.conninfo(), autocommit=True, application_name=APPLICATION_NAME
                 ) as database:
-                    check_reads(conn, database, options.read_database)
+                    proof = check_reads(conn, database, options.read_database)
             mark = conn.execute(mark_statement(options.publication)).fetchone()
             refuse_retired(options.publication, options.start, mark)
-            end = self._end(conn)
+            end = self._end(conn, proof)
             if end is None or not options.start < end:
                 return []
             slices = batches.slices(
@@ -53,23 +55,24 @@ class OutboxBatchReader(DataSourceReader):
                 options.num_partitions,
                 options.partition_by,
             )
-        return [InputPartition(part) for part in slices]
+        return [SlicePartition(part, proof) for part in slices]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        part: Slice = partition.value
+        task = SlicePartition.of(partition)
         options = self.options
         return read_slice(
             options.reads.conninfo(),
             options.publication,
-            part,
+            task.value,
             options.copy_driver,
+            proof=task.proof,
             check_retired=True,
         )
 
-    def _end(self, conn: psycopg.Connection[Any]) -> Position | None:
+    def _end(self, conn: psycopg.Connection[Any], proof: ReadProof | None) -> Position | None:
         """The read's last row: the last safe one, or endingOffsets if none is past it."""
         options = self.options
-        last_safe = batches.batch_end(conn, options.publication, options.start, None)
+        last_safe = batches.batch_end(conn, options.publication, options.start, None, proof=proof)
         if options.end is None:
             return last_safe
         if last_safe is None or options.end > last_safe:

@@ -10,16 +10,25 @@ from typing import Any
 import psycopg
 
 from outbox.positions import Position
+from outbox.read_servers import ReadProof, proof_parameters, server_state
 from outbox_spark.options import PartitionBy
 from outbox_spark.partitions import Slice, key_slices, range_slices
 from outbox_spark.queries import pipeline_queries
 
 
 def batch_end(
-    conn: psycopg.Connection[Any], publication: str, after: Position, limit: int | None
+    conn: psycopg.Connection[Any],
+    publication: str,
+    after: Position,
+    limit: int | None,
+    *,
+    proof: ReadProof | None,
 ) -> Position | None:
-    """The last row of the next batch of at most `limit` rows (None: every safe row)."""
-    parameters = _after(publication, after)
+    """The last row of the next batch of at most `limit` rows (None: every safe row). On a
+    read server (`proof`), raises ReadServerRefusedError unless the statement that chose it
+    proved the server a standby of the primary, or the primary (outbox.read_servers): a
+    promoted copy's frontier passes transactions still open on the primary."""
+    parameters = {**_after(publication, after), **proof_parameters(proof)}
     if limit is None:
         # A backward index scan from the newest row: no need to walk what comes before.
         cursor = conn.execute(pipeline_queries()["pipeline_last_safe_row"], parameters)
@@ -28,7 +37,12 @@ def batch_end(
             pipeline_queries()["pipeline_batch_end"], {**parameters, "limit": limit}
         )
     row = cursor.fetchone()
-    return None if row is None else Position(*row)
+    assert row is not None  # the proof's one row
+    proven, transaction_id, position = row
+    if not proven:
+        assert proof is not None  # given none (reads on the database itself), it holds
+        raise proof.refused(server_state(conn))
+    return None if position is None else Position(transaction_id, position)
 
 
 def split_points(

@@ -17,12 +17,13 @@ import pyarrow.csv as pa_csv
 from psycopg import sql
 
 from outbox.positions import Position
+from outbox.read_servers import ReadProof
 from outbox_spark.csv_chunks import whole_row_pieces
 from outbox_spark.options import CopyDriver
 from outbox_spark.partitions import Slice
 from outbox_spark.queries import pipeline_queries
 from outbox_spark.retired_ranges import mark_statement, refuse_retired
-from outbox_spark.standby_reads import replayed_statement, wait_for_replay
+from outbox_spark.standby_reads import replayed_past, replayed_statement, wait_for_replay
 from outbox_spark.wire_batches import WIRE_SCHEMA, declared_batch
 from outbox_spark.worker_connections import adbc_connection
 
@@ -53,19 +54,27 @@ def _chosen_driver(requested: CopyDriver) -> CopyDriver:
 
 
 def read_slice(
-    conninfo: str, publication: str, part: Slice, driver: CopyDriver, *, check_retired: bool = False
+    conninfo: str,
+    publication: str,
+    part: Slice,
+    driver: CopyDriver,
+    *,
+    proof: ReadProof | None,
+    check_retired: bool = False,
 ) -> Generator[pa.RecordBatch, None, None]:
     """Yield the slice's rows in the declared schema (in delivery order for a key bucket).
 
-    A generator, because Spark may close it early, and closing it must end the COPY. With
-    `check_retired` (a batch read, which holds no subscription row back), the slice ends by
-    raising RetiredRangeError if retention dropped rows of it (outbox_spark/retired_ranges.py).
+    A generator, because Spark may close it early, and closing it must end the COPY. On a read
+    server (`proof`) it raises ReadServerRefusedError, before reading, when the server is no
+    standby of the primary any more (outbox_spark/standby_reads.py). With `check_retired` (a
+    batch read, which holds no subscription row back), the slice ends by raising
+    RetiredRangeError if retention dropped rows of it (outbox_spark/retired_ranges.py).
     """
     statement = slice_statement(publication, part)
     after = part.after if check_retired else None
     if _chosen_driver(driver) is CopyDriver.ADBC:
-        return _read_with_adbc(conninfo, statement, publication, part.until, after)
-    return _read_with_psycopg(conninfo, statement, publication, part.until, after)
+        return _read_with_adbc(conninfo, statement, publication, part.until, proof, after)
+    return _read_with_psycopg(conninfo, statement, publication, part.until, proof, after)
 
 
 def _read_with_adbc(
@@ -73,6 +82,7 @@ def _read_with_adbc(
     statement: sql.Composed,
     publication: str,
     until: Position,
+    proof: ReadProof | None,
     checked_after: Position | None,
 ) -> Generator[pa.RecordBatch, None, None]:
     # Without a connection, as_string writes backslashes in E'...' strings, valid whatever
@@ -85,8 +95,7 @@ def _read_with_adbc(
 
         def replayed() -> bool:
             cursor.execute(replayed_statement(until).as_string(None))
-            row = cursor.fetchone()
-            return bool(row is not None and row[0])
+            return replayed_past(cursor.fetchone(), proof)
 
         wait_for_replay(replayed, until)  # a hot standby's slice (see standby_reads.py)
         # Without parameters the driver runs COPY (...) TO STDOUT (FORMAT binary).
@@ -112,13 +121,13 @@ def _read_with_psycopg(
     statement: sql.Composed,
     publication: str,
     until: Position,
+    proof: ReadProof | None,
     checked_after: Position | None,
 ) -> Generator[pa.RecordBatch, None, None]:
     with psycopg.connect(conninfo, autocommit=True, application_name=APPLICATION_NAME) as conn:
 
         def replayed() -> bool:
-            row = conn.execute(replayed_statement(until)).fetchone()
-            return bool(row is not None and row[0])
+            return replayed_past(conn.execute(replayed_statement(until)).fetchone(), proof)
 
         wait_for_replay(replayed, until)  # a hot standby's slice (see standby_reads.py)
         # CSV renders timestamptz in the session's zone and style; Arrow reads ISO with +00.

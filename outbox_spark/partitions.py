@@ -14,7 +14,10 @@ import dataclasses
 from collections.abc import Sequence
 from itertools import pairwise
 
+from pyspark.sql.datasource import InputPartition
+
 from outbox.positions import Position
+from outbox.read_servers import ReadProof
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,3 +65,22 @@ def key_slices(start: Position, end: Position, buckets: int) -> list[Slice]:
     if buckets < 1:
         raise ValueError(f"buckets must be >= 1, got {buckets}")
     return [Slice(start, end, bucket, buckets) for bucket in range(buckets)]
+
+
+class SlicePartition(InputPartition):
+    """A task as the driver plans it: its slice (`value`), and what the server it is read
+    from must prove first (`proof`; None: it is read from the database itself)."""
+
+    value: Slice
+
+    def __init__(self, part: Slice, proof: ReadProof | None) -> None:
+        super().__init__(part)
+        self.proof = proof
+
+    @staticmethod
+    def of(partition: InputPartition) -> "SlicePartition":
+        """The task Spark hands an executor: one of these, never a bare InputPartition (its
+        slice would be read without the proof)."""
+        if not isinstance(partition, SlicePartition):
+            raise TypeError(f"the outbox source plans SlicePartitions, got {partition!r}")
+        return partition

@@ -21,6 +21,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from outbox.positions import START, Position
+from outbox.read_servers import ReadProof
 from outbox_spark import batches, progress
 from outbox_spark.arrow_schema import SPARK_SCHEMA
 from outbox_spark.batch_reader import OutboxBatchReader
@@ -33,7 +34,7 @@ from outbox_spark.options import (
     parse_batch_options,
     parse_source_options,
 )
-from outbox_spark.partitions import Slice
+from outbox_spark.partitions import SlicePartition
 from outbox_spark.standby_reads import check_reads
 
 
@@ -66,8 +67,10 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._connection: psycopg.Connection[Any] | None = None
-        # To a hot standby (readUrl): batch ends and split points are read there.
+        # To a hot standby (readUrl): batch ends and split points are read there, and what
+        # every batch end and slice read proves of it (None: reads on the database).
         self._read_connection: psycopg.Connection[Any] | None = None
+        self._proof: ReadProof | None = None
         # Trigger.AvailableNow: the last safe row when the query started; None otherwise.
         self._ceiling: Position | None = None
 
@@ -119,13 +122,19 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             options.num_partitions,
             options.partition_by,
         )
-        return [InputPartition(part) for part in slices]
+        return [SlicePartition(part, self._proof) for part in slices]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        part: Slice = partition.value
+        task = SlicePartition.of(partition)
         # Resolved here, on the executor: the URL (and any password) never sits in a plan.
         conninfo = self.options.reads.conninfo()
-        return read_slice(conninfo, self.options.publication, part, self.options.copy_driver)
+        return read_slice(
+            conninfo,
+            self.options.publication,
+            task.value,
+            self.options.copy_driver,
+            proof=task.proof,
+        )
 
     def commit(self, end: dict[str, Any]) -> None:
         progress.record_progress(
@@ -139,18 +148,20 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._connection = self._read_connection = None
 
     def _batch_end(self, after: Position, limit: int | None) -> Position | None:
-        return batches.batch_end(self._read_conn(), self.options.publication, after, limit)
+        conn = self._read_conn()  # first: connecting checks the server and sets the proof
+        return batches.batch_end(conn, self.options.publication, after, limit, proof=self._proof)
 
     def _read_conn(self) -> psycopg.Connection[Any]:
         """Where batch ends and split points are read: the hot standby, checked once it is
-        connected (see standby_reads.py), else the database."""
+        connected and proven again by every batch end (see standby_reads.py), else the
+        database."""
         reads = self.options.read_database
         if reads is None:
             return self._conn()
         if self._read_connection is None or self._read_connection.closed:
             connection = _connect(reads.conninfo())
             try:
-                check_reads(connection, self._conn(), reads)
+                self._proof = check_reads(connection, self._conn(), reads)
             except BaseException:
                 connection.close()
                 raise

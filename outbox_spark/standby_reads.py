@@ -1,13 +1,19 @@
 """A query reading from a hot standby (`readUrl`, `readUrlEnv`, `readUrlFile`): batch ends,
 split points and slices come from the standby, the subscription row stays on the database.
 
-The driver checks once that the read server is a standby of the database, or the database
-itself (outbox/read_servers.py says why nothing else is safe). A batch end chosen there is
-below that server's frontier; an executor's server may have replayed less (another standby,
-or the same one restarted), and would return a slice with rows missing. So each slice first
-waits, on its own connection, until its server's frontier is past the slice's end (a
-standby's only moves forward while a connection lasts), then reads. On the primary that
-holds at once.
+The driver checks that the read server is a standby of the database, or the database itself
+(outbox/read_servers.py says why nothing else is safe), when it connects to it; from then on
+each statement that chooses a batch end proves it again (a ReadProof: a standby promoted
+since would count transactions still open on the primary as ended, and end a batch past
+them). A batch end chosen there is below that server's frontier; an executor's server may
+have replayed less (another standby, or the same one restarted), and would return a slice
+with rows missing. So each slice first waits, on its own connection, until its server's
+frontier is past the slice's end (a standby's only moves forward while a connection lasts),
+checked in the statement that also says where the server stands: a promoted copy's frontier
+says nothing of the primary's rows (its own transactions carry it on), so it is refused
+there. A standby that passes had replayed every row of the slice as the primary committed it,
+and keeps them whatever becomes of it; the slice's COPY reads them next, on the same
+connection. On the primary that holds at once.
 """
 
 import logging
@@ -19,7 +25,7 @@ import psycopg
 from psycopg import sql
 
 from outbox.positions import Position
-from outbox.read_servers import check_read_server, server_state
+from outbox.read_servers import ReadProof, ServerState, check_read_server, refusal, server_state
 from outbox_spark.options import DatabaseLocation
 from outbox_spark.queries import pipeline_queries
 
@@ -37,11 +43,11 @@ class ReplicaBehindError(RuntimeError):
 
 def check_reads(
     read_conn: psycopg.Connection[Any], conn: psycopg.Connection[Any], reads: DatabaseLocation
-) -> None:
+) -> ReadProof:
     """Raises ReadServerRefusedError unless `read_conn`'s server may serve the reads of
-    `conn`'s database."""
+    `conn`'s database; else what each read there proves from then on."""
     read = server_state(read_conn)
-    check_read_server(read, server_state(conn), f"given by option {reads.option}")
+    return check_read_server(read, server_state(conn), f"given by option {reads.option}")
 
 
 def replayed_statement(until: Position) -> sql.Composed:
@@ -49,6 +55,17 @@ def replayed_statement(until: Position) -> sql.Composed:
     return sql.SQL(pipeline_queries()["pipeline_replayed_past"]).format(
         until_transaction_id=sql.Literal(str(until.transaction_id))
     )
+
+
+def replayed_past(row: tuple[Any, ...] | None, proof: ReadProof | None) -> bool:
+    """The replay check's answer (its row); raises ReadServerRefusedError when the server,
+    as the same statement saw it, fails `proof` (None: the slice is read from the database)."""
+    assert row is not None  # a SELECT without FROM always returns its one row
+    if proof is not None:
+        server = ServerState.from_row(row[1:])
+        if refusal(server, proof.primary) is not None:
+            raise proof.refused(server)
+    return bool(row[0])
 
 
 def wait_for_replay(

@@ -30,3 +30,21 @@ SELECT CASE WHEN s.draining_shard_count = %(shard_count)s THEN s.shard_barrier_t
             ELSE 0 END
 FROM outbox.subscriptions AS s
 WHERE s.subscription_id = %(subscription)s
+
+-- server_state_columns --
+-- Where the server running the statement stands, in the order of outbox.read_servers.ServerState: its cluster's system identifier, its postmaster's start, whether it is a standby, its WAL position in bytes (a primary's current one, a standby's last replayed), when the last transaction it replayed committed (null on a primary), its clock, and its safe frontier.
+(SELECT c.system_identifier FROM pg_control_system() AS c),
+pg_postmaster_start_time(),
+pg_is_in_recovery(),
+pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                     ELSE pg_current_wal_lsn() END, '0/0')::bigint,
+pg_last_xact_replay_timestamp(),
+clock_timestamp(),
+pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+
+-- read_server_proven --
+-- Whether the server running the statement may serve the snapshot-safe read for the primary of %(primary_system_identifier)s and %(primary_started_at)s (outbox.read_servers.ReadProof; both null when the reads go to the database itself): a standby of that cluster still in recovery, or that primary (outbox.read_servers.refusal's rule). A scalar subquery, so an InitPlan evaluated once, during execution: after the statement's snapshot was taken, and recovery never resumes once it ended, so true proves the snapshot was a standby's. A statement gates its scans on it (a One-Time Filter: nothing is read when it fails). pg_control_system() reads the control file (about 5 us); a function call rather than a subquery, which cost ~25 us more to plan per read.
+(SELECT %(primary_started_at)s::timestamptz IS NULL
+        OR (pg_control_system()).system_identifier = %(primary_system_identifier)s::bigint
+           AND (pg_is_in_recovery()
+                OR pg_postmaster_start_time() = %(primary_started_at)s::timestamptz))

@@ -6,38 +6,49 @@
 -- text::bigint, the slice reads as the stored xid8 (outbox_spark/wire_batches.py decodes it).
 
 -- pipeline_last_safe_row --
--- The last row of a publication after a start and below the safe frontier: a batch end when no row limit applies, and the target of Trigger.AvailableNow.
-SELECT m.transaction_id::text::bigint AS transaction_id, m.position
-FROM outbox.messages AS m
-WHERE m.publication_id = %(publication)s
-  AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
-  AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY m.transaction_id DESC, m.position DESC
-LIMIT 1
+-- Whether the read server passed its proof (read_server_proven; nothing is read when it failed), and the last row of a publication after a start and below the safe frontier (nulls when none): a batch end when no row limit applies, and the target of Trigger.AvailableNow.
+SELECT proof.proven, last.transaction_id::text::bigint AS transaction_id, last.position
+FROM (SELECT {{read_server_proven}} AS proven) AS proof
+LEFT JOIN LATERAL (
+    SELECT m.transaction_id, m.position
+    FROM outbox.messages AS m
+    WHERE proof.proven
+      AND m.publication_id = %(publication)s
+      AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+      AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+    ORDER BY m.transaction_id DESC, m.position DESC
+    LIMIT 1
+) AS last ON true
 
 -- pipeline_batch_end --
--- The %(limit)s-th safe row after a start, or the last safe row if fewer are ready; one statement, one snapshot, so the batch is final and holds at most %(limit)s rows.
-SELECT candidate.transaction_id::text::bigint AS transaction_id, candidate.position
-FROM (
-    (SELECT m.transaction_id, m.position, 1 AS preference
-     FROM outbox.messages AS m
-     WHERE m.publication_id = %(publication)s
-       AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
-       AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-     ORDER BY m.transaction_id, m.position
-     OFFSET %(limit)s - 1
-     LIMIT 1)
-    UNION ALL
-    (SELECT m.transaction_id, m.position, 2 AS preference
-     FROM outbox.messages AS m
-     WHERE m.publication_id = %(publication)s
-       AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
-       AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-     ORDER BY m.transaction_id DESC, m.position DESC
-     LIMIT 1)
-) AS candidate
-ORDER BY candidate.preference
-LIMIT 1
+-- Whether the read server passed its proof (read_server_proven; nothing is read when it failed), and the %(limit)s-th safe row after a start, or the last safe row if fewer are ready (nulls when none); one statement, one snapshot, so the batch is final and holds at most %(limit)s rows.
+SELECT proof.proven, candidate.transaction_id::text::bigint AS transaction_id, candidate.position
+FROM (SELECT {{read_server_proven}} AS proven) AS proof
+LEFT JOIN LATERAL (
+    SELECT c.transaction_id, c.position
+    FROM (
+        (SELECT m.transaction_id, m.position, 1 AS preference
+         FROM outbox.messages AS m
+         WHERE proof.proven
+           AND m.publication_id = %(publication)s
+           AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+           AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY m.transaction_id, m.position
+         OFFSET %(limit)s - 1
+         LIMIT 1)
+        UNION ALL
+        (SELECT m.transaction_id, m.position, 2 AS preference
+         FROM outbox.messages AS m
+         WHERE proof.proven
+           AND m.publication_id = %(publication)s
+           AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+           AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY m.transaction_id DESC, m.position DESC
+         LIMIT 1)
+    ) AS c
+    ORDER BY c.preference
+    LIMIT 1
+) AS candidate ON true
 
 -- pipeline_split_points --
 -- The rows that cut (after, until] into %(slices)s slices of equal row counts: a count, then one index probe per cut, with no sort or spill.
@@ -121,5 +132,6 @@ SELECT transaction_id::text::bigint AS transaction_id, position FROM outbox.reti
 WHERE publication_id = {publication}
 
 -- pipeline_replayed_past --
--- Whether this server's safe frontier is past a slice's end, so every row of the slice is there: always on the primary the end was chosen on, and on a hot standby once it has replayed that far.
-SELECT pg_snapshot_xmin(pg_current_snapshot()) > {until_transaction_id}::text::xid8
+-- Whether this server's safe frontier is past a slice's end, so every row of the slice is there (always on the primary the end was chosen on, and on a hot standby once it has replayed that far), then where the server stands (server_state_columns), in the same statement: a standby that passes outbox.read_servers.refusal here had replayed the slice as the primary committed it.
+SELECT pg_snapshot_xmin(pg_current_snapshot()) > {until_transaction_id}::text::xid8,
+       {{server_state_columns}}

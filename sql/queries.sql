@@ -47,7 +47,7 @@ ORDER BY m.transaction_id, m.position
 LIMIT %(limit)s
 
 -- read_leader_batch --
--- read_batch for a plain subscription's leader, each row led by the publication's retired-up-to mark (outbox.retired_positions; null when nothing was retired), read once per statement and in its snapshot: a leader whose read starts below it would skip what retention dropped, and stops instead. No row when nothing is read, which skips nothing: the first read that finds rows past a hole brings the mark along before any is delivered. No further than its one shard's bound (layout_read_bound, shard_count 1): once a change of the shard count is made, up to its barrier, though the term learns of the change only at its next renewal.
+-- read_batch for a plain subscription's leader, each row led by the publication's retired-up-to mark (outbox.retired_positions; null when nothing was retired), read once per statement and in its snapshot: a leader whose read starts below it would skip what retention dropped, and stops instead. No row when nothing is read, which skips nothing: the first read that finds rows past a hole brings the mark along before any is delivered. No further than its one shard's bound (layout_read_bound, shard_count 1): once a change of the shard count is made, up to its barrier, though the term learns of the change only at its next renewal. No row either when the read server fails its proof (read_server_proven): the oldest_hidden_transaction question that follows every empty read carries the proof, and ends the term.
 SELECT (SELECT r.transaction_id::text::bigint FROM outbox.retired_positions AS r
         WHERE r.publication_id = %(publication)s),
        (SELECT r.position FROM outbox.retired_positions AS r
@@ -58,6 +58,7 @@ WHERE m.publication_id = %(publication)s
   AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
   AND (m.transaction_id, m.position) <= ({{layout_read_bound}})
   AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+  AND {{read_server_proven}}
 ORDER BY m.transaction_id, m.position
 LIMIT %(limit)s
 
@@ -90,15 +91,8 @@ LOCK TABLE outbox.messages IN ACCESS SHARE MODE
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS frontier
 
 -- read_server_state --
--- Where a server stands, for reads from a hot standby: which cluster it is a copy of (its system identifier) and which server (when its postmaster started), whether it is a standby, its WAL position in bytes (a primary's current one, a standby's last replayed), when the last transaction it replayed committed (null on a primary), its clock, and its safe frontier.
-SELECT (SELECT c.system_identifier FROM pg_control_system() AS c),
-       pg_postmaster_start_time(),
-       pg_is_in_recovery(),
-       pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-                            ELSE pg_current_wal_lsn() END, '0/0')::bigint,
-       pg_last_xact_replay_timestamp(),
-       clock_timestamp(),
-       pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+-- Where a server stands, for reads from a hot standby (server_state_columns): which cluster it is a copy of and which server, whether it is a standby, its WAL position, when the last transaction it replayed committed, its clock, and its safe frontier.
+SELECT {{server_state_columns}}
 
 -- current_snapshot --
 -- The parts of a snapshot taken now: the safe frontier, the next transaction id, and the transaction ids running between them (a catch-up subscription's backlog is what committed before it).
@@ -263,12 +257,17 @@ WHERE s.subscription_id = fenced.subscription_id AND s.epoch = %(epoch)s
 RETURNING 1
 
 -- oldest_hidden_transaction --
--- The oldest committed transaction after a checkpoint that the safe frontier still hides (null if none).
-SELECT min(m.transaction_id)::text::bigint
-FROM outbox.messages AS m
-WHERE m.publication_id = %(publication)s
-  AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
-  AND m.transaction_id >= pg_snapshot_xmin(pg_current_snapshot())
+-- Whether the read server passed its proof (read_server_proven), and the oldest committed transaction after a checkpoint that the safe frontier still hides (null if none, or if it failed).
+SELECT proof.proven, hidden.transaction_id
+FROM (SELECT {{read_server_proven}} AS proven) AS proof
+CROSS JOIN LATERAL (
+    SELECT min(m.transaction_id)::text::bigint AS transaction_id
+    FROM outbox.messages AS m
+    WHERE proof.proven
+      AND m.publication_id = %(publication)s
+      AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+      AND m.transaction_id >= pg_snapshot_xmin(pg_current_snapshot())
+) AS hidden
 
 -- blocking_transactions_before --
 -- The sessions and prepared transactions, in any database, that hold back rows at or after a transaction id; the start of each session's SQL (passwords redacted by the view) only %(with_query)s: another session's SQL is no business of the daemon's log.

@@ -16,11 +16,11 @@ LEFT JOIN outbox.subscription_shards AS sh
 WHERE s.subscription_id = %(subscription)s
 
 -- read_shards_batch --
--- read_batch for the shards of one count that a process leads, in one read (the process's shards share it: the database's cost grows with processes, not shards): the same snapshot-safe keyset read, only the messages of the shards named (outbox.message_shard), each with its shard, no further than the count's bound in the subscription's row (layout_read_bound: a draining count's barrier, even for a term that has not renewed since the change); every row, and one of null message columns when none is read, starts with the publication's retired-up-to mark (read_batch_with_retired's, in the read's own snapshot) and two figures of the same snapshot: the last message of the publication (any shard) safe to read, up to the same bound (after a short read, the shards have nothing of their own up to there), and the oldest committed transaction after `after` that the frontier still hides (oldest_hidden_transaction's answer, without its own round trip).
-SELECT r.transaction_id::text::bigint, r.position,
+-- read_batch for the shards of one count that a process leads, in one read (the process's shards share it: the database's cost grows with processes, not shards): the same snapshot-safe keyset read, only the messages of the shards named (outbox.message_shard), each with its shard, no further than the count's bound in the subscription's row (layout_read_bound: a draining count's barrier, even for a term that has not renewed since the change); every row, and one of null message columns when none is read, starts with the publication's retired-up-to mark (read_batch_with_retired's, in the read's own snapshot) and two figures of the same snapshot: the last message of the publication (any shard) safe to read, up to the same bound (after a short read, the shards have nothing of their own up to there), and the oldest committed transaction after `after` that the frontier still hides (oldest_hidden_transaction's answer, without its own round trip); and first, whether the read server passed its proof (read_server_proven): nothing else is read when it failed.
+SELECT proof.proven, r.transaction_id::text::bigint, r.position,
        last.transaction_id::text::bigint, last.position, hidden.transaction_id::text::bigint,
        m.shard, {{message_columns}}
-FROM (SELECT 1) AS one
+FROM (SELECT {{read_server_proven}} AS proven) AS proof
 LEFT JOIN outbox.retired_positions AS r ON r.publication_id = %(publication)s
 LEFT JOIN LATERAL (
     -- One bound on transaction_id, not a row comparison with `after` as well: the index scan
@@ -29,14 +29,16 @@ LEFT JOIN LATERAL (
     -- count too, which only makes the reader re-check a little sooner.
     SELECT min(h.transaction_id) AS transaction_id
     FROM outbox.messages AS h
-    WHERE h.publication_id = %(publication)s
+    WHERE proof.proven
+      AND h.publication_id = %(publication)s
       AND h.transaction_id
           >= greatest(pg_snapshot_xmin(pg_current_snapshot()), %(after_transaction_id)s::text::xid8)
 ) AS hidden ON true
 LEFT JOIN LATERAL (
     SELECT l.transaction_id, l.position
     FROM outbox.messages AS l
-    WHERE l.publication_id = %(publication)s
+    WHERE proof.proven
+      AND l.publication_id = %(publication)s
       AND l.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
       AND (l.transaction_id, l.position) <= ({{layout_read_bound}})
     ORDER BY l.transaction_id DESC, l.position DESC
@@ -46,7 +48,8 @@ LEFT JOIN LATERAL (
     SELECT * FROM (
         SELECT m.*, outbox.message_shard(m.partition_key, m.position, %(shard_count)s) AS shard
         FROM outbox.messages AS m
-        WHERE m.publication_id = %(publication)s
+        WHERE proof.proven
+          AND m.publication_id = %(publication)s
           AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
           AND (m.transaction_id, m.position) <= ({{layout_read_bound}})
           AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())

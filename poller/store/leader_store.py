@@ -21,13 +21,13 @@ import psycopg
 
 from outbox.positions import Position
 from outbox.queries import QUERIES
-from outbox.read_servers import ServerState
+from outbox.read_servers import ReadProof, ServerState, proof_parameters
 from outbox.storable_text import storable_text
 from poller.membership import ONLY_SHARD, PLAIN_LAYOUT, Layout, ShardUnit
 from poller.message import Message
 from poller.store import shard_reads
 from poller.store.message_reads import message_from_row
-from poller.store.read_server_check import server_state_async
+from poller.store.read_server_check import refuse_unproven, server_state_async
 from poller.store.records import (
     Lease,
     ReplayRequest,
@@ -44,7 +44,12 @@ class ShardReader(Protocol):
     (poller/daemon/process/shared_reads.py)."""
 
     async def read(
-        self, publication: str, unit: ShardUnit, after: Position, limit: int
+        self,
+        publication: str,
+        unit: ShardUnit,
+        after: Position,
+        limit: int,
+        proof: ReadProof | None,
     ) -> shard_reads.ShardRead: ...
 
 
@@ -77,12 +82,15 @@ class LeaderStore:
         *,
         shard_reader: ShardReader | None = None,
         open_alone: Callable[[], Awaitable[Connection]] | None = None,
+        proof: ReadProof | None = None,
     ) -> None:
         """`shard_reader` reads for a sharded layout; `open_alone` opens a connection of
         this store's own for the one transaction block (the end of a change of the shard
-        count), which must not take the shared connection's other statements in."""
+        count), which must not take the shared connection's other statements in; `proof`,
+        what every read on `read_conn` proves of its server (None: it is the database)."""
         self._conn = conn
         self._read_conn = read_conn
+        self._proof = proof
         self._shard_reader = shard_reader
         self._open_alone = open_alone
         self.lease = lease
@@ -103,14 +111,19 @@ class LeaderStore:
 
     async def read_batch(self, publication: str, after: Position, limit: int) -> list[Message]:
         """Raises RetiredPositionError when retention retired messages after `after` (the
-        publication's mark, read in the same snapshot): loudly, where reading on would skip."""
+        publication's mark, read in the same snapshot): loudly, where reading on would skip.
+        Nothing comes from a read server that fails the proof: a shard's read raises
+        ReadServerRefusedError, a plain read finds nothing and its hidden-rows question, next,
+        raises it."""
         if not self._sharded:
             return await read_leader_batch_async(
-                self._read_conn, self._subscription, publication, after, limit
+                self._read_conn, self._subscription, publication, after, limit, self._proof
             )
         if self._shard_reader is None:
             raise RuntimeError("a sharded layout's store is built with a shard reader")
-        read = await self._shard_reader.read(publication, self.lease.unit, after, limit)
+        read = await self._shard_reader.read(
+            publication, self.lease.unit, after, limit, self._proof
+        )
         self.last_safe = read.last_safe
         self._oldest_hidden = read.oldest_hidden
         self.more_to_read = read.more
@@ -124,10 +137,17 @@ class LeaderStore:
             return self._oldest_hidden
         cursor = await self._read_conn.execute(
             QUERIES["oldest_hidden_transaction"],
-            {"publication": publication, **after.query_parameters("after_")},
+            {
+                "publication": publication,
+                **after.query_parameters("after_"),
+                **proof_parameters(self._proof),
+            },
         )
         row = await cursor.fetchone()
-        return None if row is None else row[0]
+        assert row is not None  # the proof's one row, with an aggregate beside it
+        await refuse_unproven(self._read_conn, self._proof, row[0])
+        oldest_hidden: int | None = row[1]
+        return oldest_hidden
 
     async def blockers_before(self, transaction_id: int) -> list[tuple[Any, ...]]:
         """Sessions and prepared transactions holding back rows at or after transaction_id,

@@ -1,8 +1,8 @@
 """A hot standby that messages are read from, against its primary: the daemon's check before
 it reads there (a standby of the primary's cluster, or the primary itself: outbox/
-read_servers.py says why nothing else is safe), and what `outbox status` and the metrics show
-of it. The read server is asked first, then the primary: a lag measured from the two is
-never understated."""
+read_servers.py says why nothing else is safe), the refusal of a read that failed its own
+proof since, and what `outbox status` and the metrics show of it. The read server is asked
+first, then the primary: a lag measured from the two is never understated."""
 
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -12,6 +12,7 @@ import psycopg
 from outbox.positions import Position
 from outbox.queries import QUERIES
 from outbox.read_servers import (
+    ReadProof,
     ReplicaLag,
     ServerState,
     behind,
@@ -30,10 +31,22 @@ async def server_state_async(conn: psycopg.AsyncConnection[Any]) -> ServerState:
 
 async def ensure_read_server_async(
     primary: psycopg.AsyncConnection[Any], read: psycopg.AsyncConnection[Any], masked_url: str
-) -> None:
-    """Raises ReadServerRefusedError naming `masked_url` and why."""
+) -> ReadProof:
+    """Raises ReadServerRefusedError naming `masked_url` and why; else what each read on
+    `read` must prove from then on."""
     read_state = await server_state_async(read)
-    check_read_server(read_state, await server_state_async(primary), masked_url)
+    return check_read_server(read_state, await server_state_async(primary), masked_url)
+
+
+async def refuse_unproven(
+    read: psycopg.AsyncConnection[Any], proof: ReadProof | None, proven: bool
+) -> None:
+    """Raises ReadServerRefusedError when a read on `read` failed its proof
+    (read_server_proven), saying why as the server stands now."""
+    if proven:
+        return
+    assert proof is not None  # given none (reads on the database itself), the proof holds
+    raise proof.refused(await server_state_async(read))
 
 
 class ReadServerStatus(NamedTuple):
@@ -62,5 +75,5 @@ def read_server_status(
         if behind(read, primary, checkpoint.transaction_id)
     }
     return ReadServerStatus(
-        refusal(read, primary), ReplicaLag.between(read, primary), frozenset(waiting)
+        refusal(read, primary.identity), ReplicaLag.between(read, primary), frozenset(waiting)
     )

@@ -13,6 +13,7 @@ import psycopg
 
 from outbox.positions import Position, readable
 from outbox.queries import QUERIES
+from outbox.read_servers import ReadProof, proof_parameters
 from poller.message import Message
 from poller.store.message_reads import message_from_row
 
@@ -57,17 +58,20 @@ async def read_leader_batch_async(
     publication: str,
     after: Position,
     limit: int,
+    proof: ReadProof | None,
 ) -> list[Message]:
     """read_batch for a plain subscription's leader, refused with RetiredPositionError when
     retention has retired messages after `after` and the read found some of what follows them
     (one cheap statement: a read of nothing skips nothing, the next read that finds rows is
-    refused). No further than the barrier once the subscription's shard count changes."""
+    refused). No further than the barrier once the subscription's shard count changes. Nothing
+    is read from a server that fails `proof` (see the query)."""
     parameters = {
         "subscription": subscription,
         "shard_count": 1,
         "publication": publication,
         **after.query_parameters("after_"),
         "limit": limit,
+        **proof_parameters(proof),
     }
     cursor = await conn.execute(QUERIES["read_leader_batch"], parameters, binary=True)
     rows = await cursor.fetchall()

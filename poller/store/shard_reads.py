@@ -8,9 +8,11 @@ import psycopg
 
 from outbox.positions import Position
 from outbox.queries import load_queries
+from outbox.read_servers import ReadProof, proof_parameters
 from poller.membership import ShardUnit
 from poller.message import Message
 from poller.store.message_reads import message_from_row
+from poller.store.read_server_check import refuse_unproven
 
 SHARD_QUERIES = load_queries("shard_queries.sql")
 
@@ -55,12 +57,15 @@ async def read_shards_batch(
     shards: list[int],
     after: Position,
     limit: int,
+    proof: ReadProof | None,
 ) -> ShardsBatch:
     """Up to `limit` messages of the named shards (of `shard_count`) after `after`, no further
     than the subscription's row allows that count in the read's own snapshot (a draining
     count's barrier; nothing for a count the layout no longer has). The caller checks the
     retired mark against each of its own start positions (see check_not_retired): one read
-    serves shards that start at different places."""
+    serves shards that start at different places. Raises ReadServerRefusedError when the read
+    server fails `proof` (nothing was read: not even the last safe message, which a quiet
+    shard's checkpoint would move to)."""
     cursor = await conn.execute(
         SHARD_QUERIES["read_shards_batch"],
         {
@@ -70,17 +75,18 @@ async def read_shards_batch(
             "shards": shards,
             **after.query_parameters("after_"),
             "limit": limit,
+            **proof_parameters(proof),
         },
         binary=True,
     )
     rows = await cursor.fetchall()
-    mark_transaction_id, mark_position, last_transaction_id, last_position, oldest_hidden = rows[0][
-        :5
-    ]
+    proven, mark_transaction_id, mark_position, last_transaction_id, last_position = rows[0][:5]
+    await refuse_unproven(conn, proof, proven)
+    oldest_hidden = rows[0][5]
     mark = None if mark_position is None else Position(mark_transaction_id, mark_position)
     last_safe = None if last_position is None else Position(last_transaction_id, last_position)
     # A read of nothing is one row of null message columns.
-    messages = [(row[5], message_from_row(row[6:])) for row in rows if row[5] is not None]
+    messages = [(row[6], message_from_row(row[7:])) for row in rows if row[6] is not None]
     return ShardsBatch(messages, last_safe, oldest_hidden, mark)
 
 

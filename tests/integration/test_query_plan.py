@@ -7,6 +7,7 @@ import psycopg
 import pytest
 
 from outbox.queries import QUERIES
+from outbox.read_servers import ReadProof, server_state
 from poller.store.message_reads import prepare_reader
 
 
@@ -19,6 +20,8 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 
 def read_plan(conn: psycopg.Connection[Any], read: str, after: tuple[str, int]) -> dict[str, Any]:
     query = "EXPLAIN (FORMAT JSON) " + QUERIES[read]
+    # The leader's read proves its server (read_server_proven), as it does on a hot standby.
+    proof = ReadProof(server_state(conn).identity, "the database itself")
     row = conn.execute(
         query,
         {
@@ -28,6 +31,7 @@ def read_plan(conn: psycopg.Connection[Any], read: str, after: tuple[str, int]) 
             "after_transaction_id": after[0],
             "after_position": after[1],
             "limit": 500,
+            **proof.query_parameters(),
         },
     ).fetchone()
     assert row is not None

@@ -76,7 +76,9 @@ async def test_asks_that_meet_are_answered_by_one_read_each_with_its_own_message
     create_sharded(database_url, 16)
     messages = append(database_url, 40)
     units = [ShardUnit(16, shard) for shard in range(16)]
-    answers = await asyncio.gather(*(shared.read("orders", unit, START, 100) for unit in units))
+    answers = await asyncio.gather(
+        *(shared.read("orders", unit, START, 100, None) for unit in units)
+    )
     assert shared.reads == 1
     for unit, answer in zip(units, answers, strict=True):
         assert [m.at for m in answer.messages] == own(messages, unit)
@@ -100,7 +102,7 @@ async def test_shards_far_apart_drain_exactly_their_own_messages_through_cut_rea
 
     async def drain(unit: ShardUnit) -> None:
         while True:
-            answer = await shared.read("orders", unit, read_to[unit], rng.randint(1, 40))
+            answer = await shared.read("orders", unit, read_to[unit], rng.randint(1, 40), None)
             got[unit] += [m.at for m in answer.messages]
             if answer.messages:
                 read_to[unit] = answer.messages[-1].at
@@ -128,19 +130,19 @@ async def test_a_read_carries_the_shards_that_did_not_ask_and_answers_them_witho
     first = append(database_url, 20)
     reached = {}
     for unit in units:
-        answer = await shared.read("orders", unit, START, 100)
+        answer = await shared.read("orders", unit, START, 100, None)
         reached[unit] = answer.messages[-1].at
     new = [m for m in append(database_url, 20) if m.at > first[-1].at]
     before = shared.reads
-    zero = await shared.read("orders", units[0], reached[units[0]], 100)
+    zero = await shared.read("orders", units[0], reached[units[0]], 100, None)
     assert [m.at for m in zero.messages] == own(new, units[0])
     assert shared.reads == before + 1
-    one = await shared.read("orders", units[1], reached[units[1]], 3)
+    one = await shared.read("orders", units[1], reached[units[1]], 3, None)
     assert shared.reads == before + 1  # kept for it by shard 0's read
-    rest = await shared.read("orders", units[1], one.messages[-1].at, 100)
+    rest = await shared.read("orders", units[1], one.messages[-1].at, 100, None)
     assert shared.reads == before + 1
     assert [m.at for m in one.messages + rest.messages] == own(new, units[1])
-    after_all = await shared.read("orders", units[1], rest.messages[-1].at, 100)
+    after_all = await shared.read("orders", units[1], rest.messages[-1].at, 100, None)
     assert after_all.messages == []
     assert shared.reads == before + 2
 
@@ -166,7 +168,7 @@ async def test_a_shard_asking_with_one_far_ahead_moves_past_the_rows_it_has_none
 
     async def drain(unit: ShardUnit) -> None:
         for _ in range(50):
-            answer = await shared.read("orders", unit, read_to[unit], 64)
+            answer = await shared.read("orders", unit, read_to[unit], 64, None)
             got[unit] += [m.at for m in answer.messages]
             if answer.messages:
                 read_to[unit] = answer.messages[-1].at
@@ -193,8 +195,8 @@ async def test_a_retired_start_fails_its_own_ask_only(
             (messages[4].at.transaction_id, messages[4].at.position),
         )
     before, after = await asyncio.gather(
-        shared.read("orders", ShardUnit(2, 0), START, 100),
-        shared.read("orders", ShardUnit(2, 1), messages[4].at, 100),
+        shared.read("orders", ShardUnit(2, 0), START, 100, None),
+        shared.read("orders", ShardUnit(2, 1), messages[4].at, 100, None),
         return_exceptions=True,
     )
     assert isinstance(before, Exception)

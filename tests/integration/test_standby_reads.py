@@ -14,7 +14,7 @@ import dataclasses
 import json
 import logging
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 import psycopg
@@ -196,6 +196,82 @@ def test_a_promoted_standby_is_refused_for_what_reading_it_would_skip(
     assert missed
 
 
+def test_a_standby_promoted_while_a_transaction_is_open_on_the_primary_moves_nothing_past_it(
+    replica_pair: ReplicaPair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Transaction X is open on the primary; Y, after it, has committed and been replayed. The
+    standby's frontier holds at X until the standby is promoted: the copy then counts X as
+    ended (it will never see X's commit), its frontier jumps past Y, and a read there would
+    deliver Y, and move X's quiet shard's checkpoint to Y, past X. Every read proves in its
+    own statement that the server is still a standby: the first read on the promoted copy is
+    refused, nothing moves, and X is delivered once the daemon reads the primary."""
+    primary, _ = replica_pair.migrated_database("standby_promoted_open")
+    with psycopg.connect(primary, autocommit=True) as conn:
+        administration.create(conn, "plain", "orders", "start", {})
+        administration.create(conn, "sharded", "orders", "start", {}, shards=2)
+        key_of = {
+            shard: next(
+                key for key in (f"key-{n}" for n in range(100)) if _shard_of(conn, key, 2) == shard
+            )
+            for shard in (0, 1)
+        }
+    caplog.set_level(logging.INFO, logger="poller.daemon")
+    plain, sharded = Recorder(), Recorder()
+    with replica_pair.another_standby("promoted_open") as server:
+        copy = server.url("standby_promoted_open")
+        # The replica watch looks at most once a renew_every: 0.5 s here, so it would rarely
+        # notice the promotion before the next read does (reads come every 5 ms while rows
+        # wait behind X).
+        options = dataclasses.replace(FAST, renew_every=0.5, read_database_url=copy)
+        with psycopg.connect(primary) as open_x:
+            with (
+                DaemonThread(primary, ["plain"], plain, options),
+                DaemonThread(primary, ["sharded"], sharded, options),
+            ):
+                first = set(append_committed(primary, "orders", 4))
+                wait_until(
+                    lambda: plain.positions() >= first and sharded.positions() >= first,
+                    30,
+                    "delivery from the standby",
+                )
+                x = outbox.append(open_x, "orders", "X", {}, partition_key=key_of[0])
+                x_transaction = _transaction_id(open_x)
+                # Of the other shard: X's shard has nothing after X but X, so it is quiet.
+                with psycopg.connect(primary) as conn:
+                    y = outbox.append(conn, "orders", "Y", {}, partition_key=key_of[1])
+                replica_pair.wait_replayed(standby=server)
+                with psycopg.connect(copy, autocommit=True) as conn:
+                    conn.execute("SELECT pg_promote()")  # waits until it is done
+                    with conn.transaction():
+                        outbox.append(conn, "orders", "CopyOnly", {}, partition_key=key_of[1])
+                wait_until(
+                    lambda: (
+                        _refused_workers(caplog) >= 3
+                        or _past(plain, x_transaction)
+                        or _past(sharded, x_transaction)
+                    ),
+                    30,
+                    "each worker to refuse the promoted copy, or a delivery past X",
+                )
+            # Stopped: every term has written its last checkpoint.
+            assert not _moved_past(primary, x_transaction), (
+                f"a checkpoint moved past the open transaction {x_transaction}:"
+                f" {_checkpoints(primary)}"
+            )
+            for recorder in (plain, sharded):
+                assert not _past(recorder, x_transaction), "delivered past the open transaction"
+            open_x.commit()
+        on_primary = Recorder()
+        with DaemonThread(primary, ["plain", "sharded"], on_primary, FAST):
+            wait_until(
+                lambda: _handed(on_primary, {x, y}) == 2,
+                30,
+                "X and Y, from the primary, to both subscriptions",
+            )
+    delivered = plain.delivered() + sharded.delivered() + on_primary.delivered()
+    assert not any(m.message_type == "CopyOnly" for m in delivered)
+
+
 def test_a_server_of_another_cluster_is_refused_at_start(
     replica_pair: ReplicaPair, database_url: str
 ) -> None:
@@ -284,6 +360,45 @@ def _refused(caplog: pytest.LogCaptureFixture) -> bool:
         record.levelno == logging.ERROR and "not in recovery" in record.getMessage()
         for record in caplog.records
     )
+
+
+def _refused_workers(caplog: pytest.LogCaptureFixture) -> int:
+    """How many workers (a plain subscription's, each shard's) logged a refused read server."""
+    return len(
+        {
+            record.getMessage().split(":", 1)[0]
+            for record in caplog.records
+            if record.levelno == logging.ERROR and "not in recovery" in record.getMessage()
+        }
+    )
+
+
+def _handed(recorder: Recorder, positions: set[int]) -> int:
+    """How many times each of `positions` was handed over, at least (one daemon runs two
+    subscriptions of one publication: 2 when both had every one)."""
+    counts = Counter(m.position for m in recorder.delivered() if m.position in positions)
+    return min((counts[position] for position in positions), default=0)
+
+
+def _moved_past(url: str, transaction_id: int) -> bool:
+    """Whether a subscription's or a shard's checkpoint is at or past `transaction_id`."""
+    return any(int(row[-2]) >= transaction_id for row in _checkpoints(url))
+
+
+def _past(recorder: Recorder, transaction_id: int) -> bool:
+    return any(m.transaction_id >= transaction_id for m in recorder.delivered())
+
+
+def _shard_of(conn: psycopg.Connection[Any], key: str, shard_count: int) -> int:
+    row = conn.execute("SELECT outbox.message_shard(%s, 0, %s)", (key, shard_count)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _transaction_id(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _keyed(url: str, count: int) -> list[int]:

@@ -107,21 +107,36 @@ class ReplicaPair:
         self.wait_replayed()
         return self.primary_url(name), self.standby_url(name)
 
-    def wait_replayed(self, timeout: float = 30.0) -> None:
-        """Until the standby has replayed everything the primary has written now."""
+    def wait_replayed(self, timeout: float = 30.0, standby: Server | None = None) -> None:
+        """Until the standby (or `standby`, another one) has replayed everything the primary
+        has written now."""
         with psycopg.connect(self.primary_url(), autocommit=True) as primary:
             row = primary.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         assert row is not None
         target = row[0]
-        with psycopg.connect(self.standby_url(), autocommit=True) as standby:
+        url = (standby or self.standby).url()
+        with psycopg.connect(url, autocommit=True) as standby_conn:
             _wait(
                 lambda: _fetch(
-                    standby,
+                    standby_conn,
                     "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
                     (target,),
                 ),
                 timeout,
                 f"the standby to replay up to {target}",
+            )
+
+    @staticmethod
+    def stop_streaming(standby: Server) -> None:
+        """`standby` (one of another_standby's) receives no more WAL: it stays in recovery with
+        what it has, as a standby cut off from its primary does."""
+        with psycopg.connect(standby.url(), autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
+            conn.execute("SELECT pg_reload_conf()")
+            _wait(
+                lambda: not _fetch(conn, "SELECT count(*) FROM pg_stat_wal_receiver"),
+                30,
+                "the standby's WAL receiver to stop",
             )
 
     @contextlib.contextmanager

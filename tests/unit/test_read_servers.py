@@ -4,7 +4,17 @@
 import dataclasses
 import datetime
 
-from outbox.read_servers import ReplicaLag, ServerState, behind, refusal
+import pytest
+
+from outbox.read_servers import (
+    ReadServerRefusedError,
+    ReplicaLag,
+    ServerState,
+    behind,
+    check_read_server,
+    proof_parameters,
+    refusal,
+)
 from poller.daemon.options import DaemonOptions
 
 NOW = datetime.datetime(2026, 11, 27, 12, 0, tzinfo=datetime.UTC)
@@ -28,23 +38,47 @@ STANDBY = dataclasses.replace(
 
 
 def test_a_standby_of_the_primary_and_the_primary_itself_may_serve_reads() -> None:
-    assert refusal(STANDBY, PRIMARY) is None
-    assert refusal(PRIMARY, PRIMARY) is None
+    assert refusal(STANDBY, PRIMARY.identity) is None
+    assert refusal(PRIMARY, PRIMARY.identity) is None
 
 
 def test_another_cluster_is_refused_whatever_it_is() -> None:
     for other in (STANDBY, PRIMARY):
         stranger = dataclasses.replace(other, system_identifier=42)
-        reason = refusal(stranger, PRIMARY)
+        reason = refusal(stranger, PRIMARY.identity)
         assert reason is not None
         assert "not a copy of the primary's cluster" in reason
 
 
 def test_a_promoted_standby_is_refused() -> None:
     promoted = dataclasses.replace(STANDBY, in_recovery=False)
-    reason = refusal(promoted, PRIMARY)
+    reason = refusal(promoted, PRIMARY.identity)
     assert reason is not None
     assert "not in recovery, and it is not the primary" in reason
+
+
+def test_a_checked_standby_gives_the_proof_each_read_of_it_carries() -> None:
+    proof = check_read_server(STANDBY, PRIMARY, "postgresql://app@standby/shop")
+    assert proof.query_parameters() == {
+        "primary_system_identifier": PRIMARY.system_identifier,
+        "primary_started_at": PRIMARY.started_at,
+    }
+    # The same primary, whatever its frontier or clock said then: one proof for every term.
+    later = dataclasses.replace(PRIMARY, frontier=9_000, clock=NOW + datetime.timedelta(hours=1))
+    assert check_read_server(STANDBY, later, "postgresql://app@standby/shop") == proof
+    with pytest.raises(ReadServerRefusedError, match="not in recovery"):
+        check_read_server(dataclasses.replace(STANDBY, in_recovery=False), PRIMARY, "x")
+
+
+def test_a_read_that_failed_its_proof_is_refused_saying_why_and_that_nothing_was_used() -> None:
+    proof = check_read_server(STANDBY, PRIMARY, "postgresql://app@standby/shop")
+    error = proof.refused(dataclasses.replace(STANDBY, in_recovery=False))
+    assert str(error).startswith("read server postgresql://app@standby/shop refused: it is not")
+    assert str(error).endswith("nothing it read was used")
+
+
+def test_reads_on_the_database_itself_pass_nothing_to_prove() -> None:
+    assert set(proof_parameters(None).values()) == {None}
 
 
 def test_the_lag_is_the_wal_left_to_replay_and_the_age_of_the_last_replayed_commit() -> None:

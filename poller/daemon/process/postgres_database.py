@@ -161,8 +161,12 @@ class PostgresShard:
     async def term_store(self, layout: Layout) -> AsyncIterator[TermStore]:
         shared = self._connections
         read_conn = await shared.reads.get(self._stop)
-        if shared.reads_elsewhere:
+        # Checked here, then proven again by every read (outbox.read_servers.ReadProof).
+        proof = (
             await ensure_read_server_async(self._conn, read_conn, shared.read_url_shown)
+            if shared.reads_elsewhere
+            else None
+        )
         try:
             yield LeaderStore(
                 self._conn,
@@ -171,6 +175,7 @@ class PostgresShard:
                 layout,
                 shard_reader=shared.shard_reads,
                 open_alone=self._writes.open_alone,
+                proof=proof,
             )
         finally:
             shared.shard_reads.forget(self._lease.unit)

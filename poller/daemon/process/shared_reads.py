@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from outbox.positions import Position
+from outbox.read_servers import ReadProof
 from poller.daemon.process.shared_connection import SharedConnection
 from poller.membership import ShardUnit
 from poller.message import Message
@@ -45,6 +46,7 @@ class _Expected(NamedTuple):
     publication: str
     after: Position
     limit: int
+    proof: ReadProof | None
 
 
 class _Ahead(NamedTuple):
@@ -56,6 +58,7 @@ class _Ahead(NamedTuple):
     messages: list[Message]
     end: Position | None
     oldest_hidden: int | None
+    proof: ReadProof | None
 
 
 @dataclass(eq=False)
@@ -64,6 +67,7 @@ class _Ask:
     unit: ShardUnit
     after: Position
     limit: int
+    proof: ReadProof | None
     answer: "asyncio.Future[ShardRead]" = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -91,16 +95,27 @@ class SharedShardReads:
         """Shared reads run so far (for tests and the bench: asks answered per read)."""
 
     async def read(
-        self, publication: str, unit: ShardUnit, after: Position, limit: int
+        self,
+        publication: str,
+        unit: ShardUnit,
+        after: Position,
+        limit: int,
+        proof: ReadProof | None,
     ) -> ShardRead:
         """Up to `limit` messages of `unit` after `after` (no further than the database lets
-        its shard count read: a draining count's barrier). Raises what the read raised (a
-        lost connection: the term ends as for its own), and RetiredPositionError when
-        retention retired messages after `after`."""
+        its shard count read: a draining count's barrier), read on a server that passes
+        `proof` (None: the database itself). Raises what the read raised (a lost connection:
+        the term ends as for its own; ReadServerRefusedError when the server failed the
+        proof), and RetiredPositionError when retention retired messages after `after`."""
         ahead = self._ahead.pop(unit, None)
-        if ahead is not None and limit > 0 and ahead.after <= after <= ahead.read_from:
+        if (
+            ahead is not None
+            and limit > 0
+            and ahead.proof == proof
+            and ahead.after <= after <= ahead.read_from
+        ):
             return self._from_ahead(publication, unit, ahead, limit)
-        ask = _Ask(publication, unit, after, limit)
+        ask = _Ask(publication, unit, after, limit, proof)
         self._asks.append(ask)
         if self._serving is None or self._serving.done():
             self._serving = asyncio.create_task(self._serve(), name="shared reads")
@@ -119,7 +134,7 @@ class SharedShardReads:
             self._ahead[unit] = ahead._replace(
                 after=taken[-1].at, read_from=taken[-1].at, messages=rest
             )
-        self._expected[unit] = _Expected(publication, taken[-1].at, limit)
+        self._expected[unit] = _Expected(publication, taken[-1].at, limit, ahead.proof)
         return ShardRead(taken, ahead.end, ahead.oldest_hidden, False)
 
     async def close(self) -> None:
@@ -134,9 +149,9 @@ class SharedShardReads:
             await asyncio.sleep(0)
             asks = [ask for ask in self._asks if not ask.answer.done()]
             self._asks = []
-            groups: dict[tuple[str, int], list[_Ask]] = defaultdict(list)
+            groups: dict[tuple[str, int, ReadProof | None], list[_Ask]] = defaultdict(list)
             for ask in asks:
-                groups[ask.publication, ask.unit.shard_count].append(ask)
+                groups[ask.publication, ask.unit.shard_count, ask.proof].append(ask)
             for group in groups.values():
                 try:
                     self._asks.extend(await self._read_for(group))
@@ -152,12 +167,12 @@ class SharedShardReads:
                         raise
 
     async def _read_for(self, asks: list[_Ask]) -> list[_Ask]:
-        """One read for asks of one publication and shard count (and the riders it can
-        carry); returns the asks it did not reach."""
+        """One read for asks of one publication, shard count and proof (and the riders
+        it can carry); returns the asks it did not reach."""
         first = asks[0]
         starts = {ask: self._start_of(ask.unit, ask.after) for ask in asks}
         start = min(starts.values())
-        riders = self._riders(first.publication, first.unit.shard_count, asks, start)
+        riders = self._riders(first, asks, start)
         wanted = sum(ask.limit for ask in asks) + sum(e.limit for _, e, _ in riders)
         limit = min(wanted, self._most_rows)
         conn = await self._connection.get(self._stop)
@@ -170,6 +185,7 @@ class SharedShardReads:
             sorted(shards),
             start,
             limit,
+            first.proof,
         )
         self.reads += 1
         full = len(batch.messages) >= limit
@@ -192,18 +208,20 @@ class SharedShardReads:
         return unreached
 
     def _riders(
-        self, publication: str, shard_count: int, asks: list[_Ask], start: Position
+        self, first: _Ask, asks: list[_Ask], start: Position
     ) -> list[tuple[ShardUnit, _Expected, Position]]:
         """The process's other shards of the same count this read can carry: those expected
-        to ask next at or after its start, with nothing kept for them yet."""
+        to ask next at or after its start (under the same proof), with nothing kept for them
+        yet."""
         asking = {ask.unit for ask in asks}
         riders = []
         for unit, expected in self._expected.items():
             if (
                 unit in asking
                 or unit in self._ahead
-                or unit.shard_count != shard_count
-                or expected.publication != publication
+                or unit.shard_count != first.unit.shard_count
+                or expected.publication != first.publication
+                or expected.proof != first.proof
             ):
                 continue
             read_from = self._start_of(unit, expected.after)
@@ -225,7 +243,14 @@ class SharedShardReads:
             return  # its own ask will be refused, loudly
         own = [message for message in read if message.at > read_from]
         if own:
-            self._ahead[unit] = _Ahead(expected.after, read_from, own, end, batch.oldest_hidden)
+            self._ahead[unit] = _Ahead(
+                expected.after,
+                read_from,
+                own,
+                end,
+                batch.oldest_hidden,
+                expected.proof,
+            )
         else:
             self._nothing_between(unit, read_from, end)
 
@@ -251,7 +276,7 @@ class SharedShardReads:
         if complete and end is not None:
             self._nothing_between(ask.unit, taken[-1].at if taken else start, end)
         next_after = taken[-1].at if taken else ask.after
-        self._expected[ask.unit] = _Expected(ask.publication, next_after, ask.limit)
+        self._expected[ask.unit] = _Expected(ask.publication, next_after, ask.limit, ask.proof)
         ask.answer.set_result(ShardRead(taken, end, batch.oldest_hidden, full and complete))
 
     def _start_of(self, unit: ShardUnit, after: Position) -> Position:

@@ -22,7 +22,10 @@ class OtherShards:
         messages, so left to its own poll interval it backs off N times as often as one
         reader of them all). After a short read the shard has nothing of its own up to
         `last_safe`: with nothing unfinished its checkpoint moves there, so a shard whose keys
-        are quiet does not hold the floor (and with it retention) back."""
+        are quiet does not hold the floor (and with it retention) back. On a hot standby that
+        read proved its server still a standby in its own statement (read_server_proven): a
+        promoted copy's frontier passes transactions still open on the primary, and a move
+        to its `last_safe` would pass their messages for good."""
         if last_safe is None:
             return []  # a plain subscription's read: it reads every message itself
         if self._last_safe_seen is None or last_safe > self._last_safe_seen:

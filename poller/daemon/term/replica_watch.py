@@ -3,7 +3,9 @@
 replica, or a failover to one behind the stored checkpoint) finds nothing there: the read is
 empty, the term waits, and nothing moves past rows the standby has not seen. This says so,
 once it has lasted `stall_threshold`, again every `stall_repeat` while it lasts, and when it
-ends; and it ends the term if the standby was promoted meanwhile (outbox/read_servers.py)."""
+ends; and it ends the term if it finds the standby promoted. That is not what keeps a promoted
+copy's reads out: every read proves its server a standby in its own statement
+(outbox.read_servers.ReadProof), as a check between reads comes too late."""
 
 import logging
 import time

@@ -20,7 +20,7 @@ def read_positions(url: str, publication: str, slices: list[Any]) -> list[list[P
     return [
         [
             Position(tx, pos)
-            for batch in read_slice(url, publication, part, CopyDriver.ADBC)
+            for batch in read_slice(url, publication, part, CopyDriver.ADBC, proof=None)
             for pos, tx in zip(
                 batch.column("position").to_pylist(),
                 batch.column("transaction_id").to_pylist(),
@@ -39,16 +39,16 @@ def test_a_batch_ends_below_the_oldest_running_transaction(database_url: str) ->
         # Commits after `held` began: a later transaction id, so held back with it.
         after = append_committed(database_url, "orders", 2)
         with psycopg.connect(database_url, autocommit=True) as conn:
-            assert batch_end(conn, "orders", START, None) == before[-1]
-            assert batch_end(conn, "orders", START, 2) == before[1]
-            assert batch_end(conn, "orders", before[-1], None) is None
+            assert batch_end(conn, "orders", START, None, proof=None) == before[-1]
+            assert batch_end(conn, "orders", START, 2, proof=None) == before[1]
+            assert batch_end(conn, "orders", before[-1], None, proof=None) is None
         holder.commit()
     wait_until_quiet(database_url)
     with psycopg.connect(database_url, autocommit=True) as conn:
-        assert batch_end(conn, "orders", before[-1], 1) == held
-        assert batch_end(conn, "orders", START, None) == after[-1]
-        assert batch_end(conn, "orders", START, 100) == after[-1]
-        assert batch_end(conn, "invoices", START, None) is None
+        assert batch_end(conn, "orders", before[-1], 1, proof=None) == held
+        assert batch_end(conn, "orders", START, None, proof=None) == after[-1]
+        assert batch_end(conn, "orders", START, 100, proof=None) == after[-1]
+        assert batch_end(conn, "invoices", START, None, proof=None) is None
 
 
 def test_rolled_back_rows_never_end_a_batch(database_url: str) -> None:
@@ -58,8 +58,8 @@ def test_rolled_back_rows_never_end_a_batch(database_url: str) -> None:
         conn.rollback()
     wait_until_quiet(database_url)
     with psycopg.connect(database_url, autocommit=True) as conn:
-        assert batch_end(conn, "orders", START, None) == committed[-1]
-        assert batch_end(conn, "orders", committed[-1], 5) is None
+        assert batch_end(conn, "orders", START, None, proof=None) == committed[-1]
+        assert batch_end(conn, "orders", committed[-1], 5, proof=None) is None
 
 
 def test_transaction_ids_compare_as_numbers_not_text(database_url: str) -> None:
@@ -73,8 +73,8 @@ def test_transaction_ids_compare_as_numbers_not_text(database_url: str) -> None:
     # all nines), the opposite of their numeric order.
     shorter, longer = int("9" * (digits - 1)), 10**digits
     with psycopg.connect(database_url, autocommit=True) as conn:
-        assert batch_end(conn, "orders", Position(shorter, 0), None) == rows[-1]
-        assert batch_end(conn, "orders", Position(longer, 0), None) is None
+        assert batch_end(conn, "orders", Position(shorter, 0), None, proof=None) == rows[-1]
+        assert batch_end(conn, "orders", Position(longer, 0), None, proof=None) is None
 
 
 def test_split_points_cut_a_batch_into_slices_of_equal_rows(database_url: str) -> None:
@@ -82,7 +82,7 @@ def test_split_points_cut_a_batch_into_slices_of_equal_rows(database_url: str) -
     start = rows[99]  # a batch starting after the first transaction
     wait_until_quiet(database_url)
     with psycopg.connect(database_url, autocommit=True) as conn:
-        end = batch_end(conn, "orders", start, None)
+        end = batch_end(conn, "orders", start, None, proof=None)
         assert end == rows[-1]
         points = split_points(conn, "orders", start, end, 4)
         assert split_points(conn, "orders", start, end, 1) == []

@@ -21,7 +21,9 @@ DRIVERS = [CopyDriver.ADBC, CopyDriver.PSYCOPG]
 
 
 def read_table(url: str, publication: str, part: Slice, driver: CopyDriver) -> pa.Table:
-    return pa.Table.from_batches(list(read_slice(url, publication, part, driver)), ARROW_SCHEMA)
+    return pa.Table.from_batches(
+        list(read_slice(url, publication, part, driver, proof=None)), ARROW_SCHEMA
+    )
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
@@ -109,7 +111,7 @@ def test_stopping_early_ends_the_copy_on_the_server(database_url: str, driver: C
             " GROUP BY transaction_id"
         ).fetchone()
         assert end is not None
-        batches = read_slice(database_url, "big", Slice(START, Position(*end)), driver)
+        batches = read_slice(database_url, "big", Slice(START, Position(*end)), driver, proof=None)
         first = next(batches)
         assert 0 < first.num_rows < 200000  # the rest is still on its way
         assert len(our_backends(conn)) == 1
@@ -139,9 +141,11 @@ def test_a_checked_slice_fails_once_read_if_retention_dropped_rows_of_it(
 
     assert read_table(database_url, "orders", whole, driver).num_rows == 3  # a stream's read
     with pytest.raises(RetiredRangeError, match=f"up to {rows[0]}, after the read's start"):
-        list(read_slice(database_url, "orders", whole, driver, check_retired=True))
+        list(read_slice(database_url, "orders", whole, driver, check_retired=True, proof=None))
     after_mark = Slice(rows[0], rows[-1])
-    checked = list(read_slice(database_url, "orders", after_mark, driver, check_retired=True))
+    checked = list(
+        read_slice(database_url, "orders", after_mark, driver, check_retired=True, proof=None)
+    )
     assert sum(batch.num_rows for batch in checked) == 2
 
 

@@ -10,6 +10,7 @@ import pytest
 from psycopg import sql
 
 from outbox.positions import Position
+from outbox.read_servers import ReadProof, server_state
 from outbox_spark.copy_reader import slice_statement
 from outbox_spark.partitions import Slice
 from outbox_spark.queries import pipeline_queries
@@ -61,6 +62,8 @@ def explain(database_factory: Any, batch: dict[str, Any]) -> Any:
         until_position=until.position,
         limit=500,
         slices=4,
+        # Batch ends prove their server (read_server_proven), as they do on a hot standby.
+        **ReadProof(server_state(conn).identity, "the database itself").query_parameters(),
     )
 
     # The partitions made ahead of the writers are empty; the planner reads an empty table

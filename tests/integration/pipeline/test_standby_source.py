@@ -16,14 +16,14 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from outbox.positions import START, Position
-from outbox.read_servers import ReadServerRefusedError
+from outbox.read_servers import ReadServerRefusedError, server_state
 from outbox_spark.batch_reader import OutboxBatchReader
 from outbox_spark.copy_reader import read_slice
 from outbox_spark.options import CopyDriver, parse_batch_options, parse_source_options
 from outbox_spark.partitions import Slice
 from outbox_spark.source import OutboxStreamReader
 from tests.integration.pipeline.conftest import without_password
-from tests.integration.pipeline.writes import append_committed
+from tests.integration.pipeline.writes import append_committed, append_in_transaction
 from tests.support.daemons import wait_until
 from tests.support.replica_pair import ReplicaPair
 
@@ -87,7 +87,9 @@ def test_a_slice_waits_until_its_server_has_replayed_its_end(
         rows = append_committed(primary, "orders", 5)
         part = Slice(START, rows[-1])
         reading = threading.Thread(
-            target=lambda: read.extend(positions_read(read_slice(standby, "orders", part, driver)))
+            target=lambda: read.extend(
+                positions_read(read_slice(standby, "orders", part, driver, proof=None))
+            )
         )
         reading.start()
         wait_until(
@@ -99,6 +101,72 @@ def test_a_slice_waits_until_its_server_has_replayed_its_end(
         assert not read
     reading.join(30)
     assert sorted(read) == rows, "a slice read before its server had replayed its end"
+
+
+def test_a_stream_refuses_a_read_server_promoted_since_it_was_checked(
+    replica_pair: ReplicaPair,
+) -> None:
+    """A transaction X open on the primary holds the standby's frontier, and so the batch end,
+    below it; promoted, the copy counts X as ended, and its frontier passes the rows after X.
+    The statement that chooses a batch end proves its server a standby: no batch past X."""
+    primary, _ = replica_pair.migrated_database("spark_standby_promoted")
+    with replica_pair.another_standby("spark_promoted") as server:
+        copy = server.url("spark_standby_promoted")
+        options = {"url": primary, "readUrl": copy, "publication": "orders"}
+        reader = OutboxStreamReader(parse_source_options({**options, "subscription": "lake"}))
+        try:
+            start = reader.initialOffset()
+            with psycopg.connect(primary) as open_x:
+                [x] = append_in_transaction(open_x, "orders", 1)
+                after_x = append_committed(primary, "orders", 2)
+                replica_pair.wait_replayed(standby=server)
+                assert reader.latestOffset(start, ReadAllAvailable()) == start  # X holds it
+                with psycopg.connect(copy, autocommit=True) as conn:
+                    conn.execute("SELECT pg_promote()")  # waits until it is done
+                with pytest.raises(ReadServerRefusedError, match="not in recovery"):
+                    reader.latestOffset(start, ReadAllAvailable())
+        finally:
+            reader.stop()
+    assert x < after_x[0]
+
+
+@pytest.mark.parametrize("driver", [CopyDriver.ADBC, CopyDriver.PSYCOPG])
+def test_a_slice_refuses_a_server_promoted_before_it_replayed_the_slice(
+    replica_pair: ReplicaPair, driver: CopyDriver
+) -> None:
+    """The batch is planned on a standby that has its rows; a task's server is another one,
+    cut off before them and promoted, whose own transactions carried its frontier past the
+    slice's end: its replay check passes, and its slice would come back without the rows.
+    The check proves its server a standby in the same statement: the task fails instead."""
+    primary, standby = replica_pair.migrated_database(f"spark_slice_promoted_{driver.value}")
+    with replica_pair.another_standby(f"slice_promoted_{driver.value}") as server:
+        copy = server.url(f"spark_slice_promoted_{driver.value}")
+        replica_pair.stop_streaming(server)
+        rows = append_committed(primary, "orders", 4)
+        replica_pair.wait_replayed()
+        options = {
+            "url": primary,
+            "publication": "orders",
+            "subscription": "lake",
+            "numPartitions": "1",
+        }
+        planner = OutboxStreamReader(parse_source_options({**options, "readUrl": standby}))
+        try:
+            start = planner.initialOffset()
+            end = planner.latestOffset(start, ReadAllAvailable())
+            [part] = planner.partitions(start, end)
+        finally:
+            planner.stop()
+        assert end == offset(rows[-1])
+        with psycopg.connect(copy, autocommit=True) as conn:
+            conn.execute("SELECT pg_promote()")
+            while server_state(conn).frontier <= rows[-1].transaction_id:
+                conn.execute("SELECT pg_current_xact_id()")  # one transaction each
+        executor = OutboxStreamReader(
+            parse_source_options({**options, "readUrl": copy, "copyDriver": driver.value})
+        )
+        with pytest.raises(ReadServerRefusedError, match="not in recovery"):
+            list(executor.read(part))  # the copy has none of the slice's 4 rows
 
 
 def test_a_read_server_of_another_cluster_is_refused(
