@@ -13,12 +13,17 @@ and one append:
 - held (16 writers): the transaction stays open 0 to 50 ms after its append, as a business
   transaction doing more work would, which the frontier then waits for.
 The read path does not change with the rule (the same statement over the same index); the
-drain rate is the poller group's.
+drain rate is the poller group's. What the rule can cost is latency: a message appended after a
+newer transaction completed waits for the transactions running at its append with ids below
+that one. So the bench also measures commit-to-read latency of the bare 1 ms read loop under 8
+writer threads whose transactions write a business row first, work 0 to 5 ms, then append
+(the case where a message's id can rise above its writer's), at about 400 tx/s in all.
 """
 
 import os
 import random
 import statistics
+import threading
 import time
 import uuid
 
@@ -26,7 +31,8 @@ import psycopg
 from psycopg.rows import TupleRow
 
 import outbox
-from bench.common import Measurement
+from bench.common import Measurement, percentiles
+from bench.load_bench import bare_loop
 from bench.writers_bench import Cell, Step, _partitions_from_position_one, measure, writer_processes
 
 TITLE = "Commit order: writer throughput with 0017's ordering default, against the writers' own xid"
@@ -34,6 +40,8 @@ TITLE = "Commit order: writer throughput with 0017's ordering default, against t
 PUBLICATION = "orders"
 ACCOUNTS = 12
 HOLD_SECONDS = 0.05
+LATENCY_WRITERS = 8
+LATENCY_RATE = 500.0  # transactions per second, all latency writers together
 BEFORE = "writers' own xid (before)"
 AFTER = "ordering_transaction_id (0017)"
 DEFAULTS = {BEFORE: "pg_current_xact_id()", AFTER: "outbox.ordering_transaction_id()"}
@@ -118,7 +126,74 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
         measurement
         for name, _, count in WORKLOADS
         for measurement in _pair(f"{name}, {count} writer{'s' * (count > 1)}", cells, name, count)
-    ]
+    ] + latency(database_url, quick)
+
+
+def latency(database_url: str, quick: bool) -> list[Measurement]:
+    """Commit-to-read latency of the bare loop, both rules in interleaved rounds."""
+    rounds, seconds = (1, 0.5) if quick else (3, 6.0)
+    latencies: dict[str, list[float]] = {rule: [] for rule in DEFAULTS}
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        try:
+            for round_ in range(rounds):
+                rules = list(DEFAULTS) if round_ % 2 == 0 else list(reversed(DEFAULTS))
+                for rule in rules:
+                    _use_default(admin, rule)
+                    latencies[rule] += _latencies(
+                        database_url, f"latency-{round_}-{rule[:5]}", seconds
+                    )
+        finally:
+            _use_default(admin, AFTER)
+    group = f"commit to read, {LATENCY_WRITERS} writers working 0-5 ms before the append"
+    measurements = []
+    for name, index in (("p50", 0), ("p99", 2)):
+        before, after = percentiles(latencies[BEFORE])[index], percentiles(latencies[AFTER])[index]
+        measurements += [
+            Measurement(f"{group}, {name}", BEFORE, before, "ms", higher_is_better=False),
+            Measurement(
+                f"{group}, {name}",
+                AFTER,
+                after,
+                "ms",
+                baseline=BEFORE,
+                note=f"{len(latencies[AFTER]):,} messages",
+                higher_is_better=False,
+            ),
+        ]
+    return measurements
+
+
+def _latencies(url: str, publication: str, seconds: float) -> list[float]:
+    """Each message's commit-to-read time, seconds, for writers running `seconds`."""
+    committed: dict[str, float] = {}
+    read_at: dict[str, float] = {}
+    end = time.monotonic() + seconds
+
+    def write(writer: int) -> None:
+        chooser = random.Random(writer)
+        pause = LATENCY_WRITERS / LATENCY_RATE
+        with psycopg.connect(url) as conn:
+            n = 0
+            while time.monotonic() < end:
+                _business(conn, n)
+                time.sleep(chooser.uniform(0.0, 0.005))  # the transaction's own work
+                message_id = f"{publication}-{writer}-{n}"
+                outbox.append(conn, publication, "Worked", {}, message_id=message_id)
+                conn.commit()
+                committed[message_id] = time.monotonic()
+                n += 1
+                time.sleep(chooser.uniform(0.0, 2 * pause))
+
+    with bare_loop(url, publication, read_at):
+        writers = [threading.Thread(target=write, args=(n,)) for n in range(LATENCY_WRITERS)]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        deadline = time.monotonic() + 30
+        while not committed.keys() <= read_at.keys() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return [read_at[m] - t for m, t in committed.items() if m in read_at]
 
 
 def _use_default(admin: Conn, rule: str) -> None:
