@@ -48,3 +48,19 @@ pg_snapshot_xmin(pg_current_snapshot())::text::bigint
         OR (pg_control_system()).system_identifier = %(primary_system_identifier)s::bigint
            AND (pg_is_in_recovery()
                 OR pg_postmaster_start_time() = %(primary_started_at)s::timestamptz))
+
+-- parked_as_shown --
+-- The parked messages a confirmation showed, as two CTEs for an operator's action on them: `shown`, the rows up to its last place in delivery order (every one, or the one at %(position)s), locked; `unchanged`, one row only while their positions still give its digest. The action joins `shown` and acts only if `unchanged` has its row.
+shown AS (
+    SELECT p.position FROM outbox.parked_messages AS p
+    WHERE p.subscription_id = %(subscription)s
+      AND (%(position)s::bigint IS NULL OR p.position = %(position)s)
+      AND (p.transaction_id, p.position)
+          <= (%(up_to_transaction_id)s::text::xid8, %(up_to_position)s::bigint)
+    FOR UPDATE
+),
+unchanged AS (
+    SELECT FROM shown
+    HAVING md5(coalesce(string_agg(shown.position::text, ',' ORDER BY shown.position), ''))
+           = %(digest)s
+)

@@ -57,19 +57,7 @@ WHERE p.subscription_id = %(subscription)s
 
 -- purge_parked_as_shown --
 -- Drops the parked messages a confirmation showed, and only while they are exactly those: the rows up to its last place in delivery order (every one, or the one at a position), locked, must give its digest, or nothing is dropped. One statement, so one snapshot: a message parked meanwhile is neither counted nor dropped. Returns the positions dropped.
-WITH shown AS (
-    SELECT p.position FROM outbox.parked_messages AS p
-    WHERE p.subscription_id = %(subscription)s
-      AND (%(position)s::bigint IS NULL OR p.position = %(position)s)
-      AND (p.transaction_id, p.position)
-          <= (%(up_to_transaction_id)s::text::xid8, %(up_to_position)s::bigint)
-    FOR UPDATE
-),
-unchanged AS (
-    SELECT FROM shown
-    HAVING md5(coalesce(string_agg(shown.position::text, ',' ORDER BY shown.position), ''))
-           = %(digest)s
-)
+WITH {{parked_as_shown}}
 DELETE FROM outbox.parked_messages AS p
 USING shown
 WHERE p.subscription_id = %(subscription)s AND p.position = shown.position
@@ -78,19 +66,7 @@ RETURNING p.position
 
 -- mark_parked_as_shown_for_replay --
 -- Asks for a replay of the parked messages a confirmation showed, and only while they are exactly those (as purge_parked_as_shown checks); returns each message's place and the shard whose leader replays it (under the current count).
-WITH shown AS (
-    SELECT p.position FROM outbox.parked_messages AS p
-    WHERE p.subscription_id = %(subscription)s
-      AND (%(position)s::bigint IS NULL OR p.position = %(position)s)
-      AND (p.transaction_id, p.position)
-          <= (%(up_to_transaction_id)s::text::xid8, %(up_to_position)s::bigint)
-    FOR UPDATE
-),
-unchanged AS (
-    SELECT FROM shown
-    HAVING md5(coalesce(string_agg(shown.position::text, ',' ORDER BY shown.position), ''))
-           = %(digest)s
-)
+WITH {{parked_as_shown}}
 UPDATE outbox.parked_messages AS p
 SET replay_requested_at = clock_timestamp()
 FROM shown, outbox.messages AS m, outbox.subscriptions AS s
