@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from itertools import pairwise
 
+from outbox.archive.layout import ArchivedFile
 from outbox.positions import Position
 
 
@@ -62,3 +63,14 @@ def key_slices(start: Position, end: Position, buckets: int) -> list[Slice]:
     if buckets < 1:
         raise ValueError(f"buckets must be >= 1, got {buckets}")
     return [Slice(start, end, bucket, buckets) for bucket in range(buckets)]
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveSlice:
+    """The rows of one task read from the archive: those of `files` (a slice of a range) in
+    `(after, until]`, with the archive at `uri` as the executors reach it."""
+
+    after: Position
+    until: Position
+    files: tuple[ArchivedFile, ...]
+    uri: str

@@ -7,7 +7,8 @@ its worker alike.
 The rules live in poller.administration (subscriptions, seeks, skips, parked messages),
 poller.inspection (where subscriptions stand), poller.shard_administration (a change of the
 shard count) and poller.pollable; the SQL in poller.store. Here besides: what an action would
-change (previews), what the connected role may do (privileges), reading messages, retention.
+change (previews), what the connected role may do (privileges), reading messages, retention,
+archives.
 """
 
 from poller.administration import (
@@ -39,6 +40,7 @@ from poller.administration import (
     update_settings,
 )
 from poller.inspection import SubscriptionStatus, read_server, shards, status
+from poller.operations.archives import ArchiveStatus, archives, delete_archive
 from poller.operations.figures import messages_between, runtime, shard_checkpoints
 from poller.operations.messages import (
     MAX_LATEST,
@@ -76,6 +78,7 @@ from poller.store.shard_store import ShardLeader, ShardLeadership, ShardStatus
 
 __all__ = [
     "MAX_LATEST",
+    "ArchiveStatus",
     "Blocker",
     "NotPollableError",
     "ParkedMessage",
@@ -105,10 +108,12 @@ __all__ = [
     "SubscriptionError",
     "SubscriptionRecord",
     "SubscriptionStatus",
+    "archives",
     "change_shard_count",
     "check_pollable",
     "create",
     "delete",
+    "delete_archive",
     "delete_publication_messages",
     "ensure_not_restored",
     "find_message",

@@ -21,10 +21,12 @@ import psycopg
 from outbox.positions import Position
 from outbox.queries import QUERIES
 from outbox.read_servers import ServerState
+from outbox.shards import message_shard
 from outbox.storable_text import storable_text
 from poller.membership import PLAIN_LAYOUT, Layout, ShardUnit
 from poller.message import Message
 from poller.store import shard_reads
+from poller.store.archived_reads import ArchivedReads, Keep, read_through_archive
 from poller.store.message_reads import message_from_row
 from poller.store.read_server_check import server_state_async
 from poller.store.records import (
@@ -98,12 +100,45 @@ class LeaderStore:
         self.more_to_read = False
         if layout.draining(lease.unit) and layout.barrier is not None:
             self._until = layout.barrier
+        # Reads below the retired-up-to mark go through the publication's archive.
+        self._archived: ArchivedReads | None = None
+        self._archive_passed: tuple[Position, Position] | None = None
 
     # Reads, on the read connection --------------------------------------------------------
 
     async def read_batch(self, publication: str, after: Position, limit: int) -> list[Message]:
-        """Raises RetiredPositionError when retention retired messages after `after` (the
-        publication's mark, read in the same snapshot): loudly, where reading on would skip."""
+        """Where retention dropped messages after `after`, they are read from the
+        publication's archive first (poller/store/archived_reads.py); without one it raises
+        RetiredPositionError (the mark is read in the table read's snapshot): loudly, where
+        reading on would skip."""
+        if self._archive_passed is not None and self._archive_passed[0] == after:
+            # The last read went through the archive up to a place past its last message of
+            # this shard: the next starts there.
+            after = self._archive_passed[1]
+        if self._archived is None:
+            self._archived = ArchivedReads(publication, self._shard_keeps(), self._bounded_by())
+        messages, reached = await read_through_archive(
+            lambda at, rows: self._read_table(publication, at, rows),
+            self._archived,
+            self._read_conn,
+            after,
+            limit,
+        )
+        last = messages[-1].at if messages else after
+        self._archive_passed = (last, reached) if reached > last else None
+        return messages
+
+    def _shard_keeps(self) -> Keep | None:
+        if not self._sharded:
+            return None
+        unit = self.lease.unit
+        return lambda key, position: message_shard(key, position, unit.shard_count) == unit.shard
+
+    def _bounded_by(self) -> Position | None:
+        return None if self._until == shard_reads.UNBOUNDED else self._until
+
+    async def _read_table(self, publication: str, after: Position, limit: int) -> list[Message]:
+        """RetiredPositionError when retention retired messages after `after`."""
         if not self._sharded:
             return await read_leader_batch_async(self._read_conn, publication, after, limit)
         if self._shard_reader is None:
