@@ -4,6 +4,7 @@ pipeline (hence pyspark and a JVM) is imported inside the commands, so `outbox -
 every other command start without them.
 """
 
+import logging
 import math
 import os
 import signal
@@ -143,7 +144,8 @@ def archive(
     """
     check_name("publication", publication)
     interval = None if every is None else seconds_of(every, "--every")
-    # Checked before Spark starts: a refusal costs no JVM.
+    from pyspark.sql import SparkSession
+
     from outbox_spark.archive_job import ArchiveJob, ArchiveSettings, absolute_uri
     from outbox_spark.options import DatabaseLocation
     from outbox_spark.spark_session import outbox_session
@@ -161,16 +163,25 @@ def archive(
         rows_per_range=rows_per_range,
         rows_per_file=rows_per_file,
     )
+    # py4j says at INFO when it closes its connection to the JVM: not the job's news.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     # Each range archived is logged (INFO); a progress bar would interleave with the lines.
     config["spark.ui.showConsoleProgress"] = "false"
-    session = outbox_session(master, app_name=f"outbox-archive-{publication}", config=config)
-    session.sparkContext.setLogLevel("WARN")
+    started: list[SparkSession] = []
+
+    def session() -> SparkSession:
+        spark = outbox_session(master, app_name=f"outbox-archive-{publication}", config=config)
+        spark.sparkContext.setLogLevel("WARN")
+        started.append(spark)
+        return spark
+
     try:
-        ranges = ArchiveJob(session, settings, stop).run(every=interval, wait=wait)
+        ranges = ArchiveJob(settings, stop, session).run(every=interval, wait=wait)
     finally:
-        session.stop()
+        for spark in started:
+            spark.stop()
     console().print(
         cell(
             f"{publication}: {ranges} range(s) archived to {settings.uri}"

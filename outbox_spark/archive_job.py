@@ -26,6 +26,7 @@ import math
 import re
 import secrets
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +80,16 @@ def absolute_uri(uri: str) -> str:
 class ArchiveJob:
     def __init__(
         self,
-        spark: SparkSession,
         settings: ArchiveSettings,
         stop: threading.Event,
+        session: Callable[[], SparkSession],
     ) -> None:
-        self._spark = spark
+        """`session` starts (or joins) Spark: called once the lock is taken and the archive
+        checked, so a refused job costs no JVM."""
         self._settings = settings
         self._stop = stop
+        self._session = session
+        self._spark: SparkSession | None = None
 
     def run(self, *, every: float | None = None, wait: bool = False) -> int:
         """Archive every message below the safe frontier; with `every`, again that many
@@ -97,7 +101,9 @@ class ArchiveJob:
             if not self._lock(conn, wait):
                 return 0  # stopped while waiting for the lock
             try:
-                self._sweep(conn, self._begin(conn))
+                archive = self._begin(conn)
+                self._spark = self._session()
+                self._sweep(conn, archive)
                 while not self._stop.is_set():
                     while not self._stop.is_set() and self.archive_range(conn) is not None:
                         archived += 1
@@ -205,6 +211,7 @@ class ArchiveJob:
         writer = SliceWriter(
             settings.publication, settings.uri, settings.database, settings.copy_driver, token
         )
+        assert self._spark is not None  # started before the first range
         context = self._spark.sparkContext
         context.setJobDescription(f"archive {settings.publication} ({after}, {end}]")
         try:
