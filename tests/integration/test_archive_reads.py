@@ -16,6 +16,7 @@ from outbox.archive.layout import VERSION_KEY
 from outbox.positions import Position
 from poller.daemon.options import DaemonOptions
 from poller.daemon.process.retention import retention_pass
+from poller.store import archived_reads
 from poller.store.message_reads import read_batch
 from tests.support.archives import archive_ranges
 from tests.support.partitions import billing_over_three_partitions, move_checkpoint
@@ -180,3 +181,34 @@ def test_an_archive_of_a_newer_format_is_refused_naming_its_version(
     conn.execute("UPDATE outbox.archives SET format_version = 3")
     with pytest.raises(ArchiveVersionError, match=r"'orders' is in archive format version 3"):
         caught_up(database_url)
+
+
+def test_retention_passing_the_archive_s_mark_during_a_read_sends_the_reader_back_to_it(
+    conn: psycopg.Connection[Any],
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Archived to 100 and retired to 99, a reader reads the archive up to 100; before its
+    table read after 100, the job archives the rest and retention drops up to 199. The table
+    read is refused, and the reader takes the archive's newer mark rather than fail."""
+    history = everything(conn)
+    archive_ranges(database_url, "orders", tmp_path.as_uri(), rows_per_range=50, ranges=2)
+    move_checkpoint(conn, "billing", 250)
+    assert [r.outcome for r in retention_pass(conn, NO_AGE).retired] == ["retired"]
+    archive_read = archived_reads.ArchivedReads.read
+    moved: list[str] = []
+
+    async def then_retention_moves_on(
+        self: archived_reads.ArchivedReads, *args: Any
+    ) -> archived_reads.ArchivedPage | None:
+        page = await archive_read(self, *args)
+        if not moved:
+            archive_ranges(database_url, "orders", tmp_path.as_uri(), rows_per_range=1000)
+            with psycopg.connect(database_url, autocommit=True) as other:
+                moved.extend(r.outcome for r in retention_pass(other, NO_AGE).retired)
+        return page
+
+    monkeypatch.setattr(archived_reads.ArchivedReads, "read", then_retention_moves_on)
+    assert [described(m) for m in caught_up(database_url)] == [described(m) for m in history]
+    assert "retired" in moved  # 100 to 199 (and on) went between the reader's two reads
