@@ -102,14 +102,8 @@ LIMIT 1
 DELETE FROM outbox.archives WHERE publication_id = %(publication)s RETURNING uri
 
 -- archive_lag --
--- Per archive, the publication's messages not archived yet (after the archive's mark) and how old the oldest of them is, in seconds (0 when none).
-SELECT a.publication_id, behind.messages,
-       coalesce(extract(epoch FROM clock_timestamp() - behind.oldest), 0)::float8
-FROM outbox.archives AS a
-CROSS JOIN LATERAL (
-    SELECT count(*) AS messages, min(m.appended_at) AS oldest
-    FROM outbox.messages AS m
-    WHERE m.publication_id = a.publication_id
-      AND (m.transaction_id, m.position) > (a.archived_transaction_id, a.archived_position)
-) AS behind
-ORDER BY a.publication_id
+-- Per archive, the publication's messages not archived yet (after the archive's mark) and how old the oldest of them is, in seconds (0 when none): through outbox.archive_lag(), which every role may call.
+SELECT l.publication_id, l.messages,
+       coalesce(extract(epoch FROM clock_timestamp() - l.oldest_appended_at), 0)::float8
+FROM outbox.archive_lag() AS l
+ORDER BY l.publication_id

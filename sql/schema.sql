@@ -1085,6 +1085,24 @@ CREATE TABLE outbox.archived_ranges (
         CHECK (jsonb_typeof(files) = 'array' AND jsonb_array_length(files) > 0)
 );
 
+-- Per archive: the publication's messages not archived yet (after the archive's mark) and when
+-- the oldest of them was appended. As the schema's owner, as outbox.retention_status' functions
+-- run, so `outbox status` and the metrics report it for a role that may not read messages.
+CREATE FUNCTION outbox.archive_lag()
+RETURNS TABLE (publication_id text, messages bigint, oldest_appended_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT a.publication_id, behind.messages, behind.oldest
+    FROM outbox.archives AS a
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS messages, min(m.appended_at) AS oldest
+        FROM outbox.messages AS m
+        WHERE m.publication_id = a.publication_id
+          AND (m.transaction_id, m.position)
+              > (a.archived_transaction_id, a.archived_position)
+    ) AS behind
+    ORDER BY a.publication_id
+$$;
+
 -- Catch-up subscriptions and the daemon (the poller role) read archived history; `outbox
 -- status` (the reader role) shows the archive's progress.
 DO $grant$
