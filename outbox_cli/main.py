@@ -5,6 +5,7 @@ import logging
 import click
 
 from outbox.database_url import PasswordMaskingFilter
+from outbox_cli.archive_command import archive
 from outbox_cli.console_command import console
 from outbox_cli.context import CommandContext
 from outbox_cli.database_commands import db, migrate, rebase
@@ -57,6 +58,7 @@ cli.add_command(demo)
 for command in (subscription, poll, relay, status, seek, skip, parked, message, spark, tail):
     cli.add_command(command)
 cli.add_command(prune)
+cli.add_command(archive)
 cli.add_command(console)
 add_database_url_option(cli)  # after every command is added: each takes --database-url
 

@@ -30,7 +30,7 @@ from outbox_cli.json_output import json_option, print_json, status_document
 from outbox_cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_format
 from outbox_cli.poll_config import read_poll_config
 from outbox_cli.printing import cell, console
-from outbox_cli.retention_printing import print_oldest_holder
+from outbox_cli.retention_printing import archive_line, print_oldest_holder
 from outbox_cli.status_printing import print_blocking_queries, print_read_replica, print_status
 from poller import operations
 from poller.daemon import garbage_collection
@@ -280,6 +280,7 @@ def status(
     with context.connect() as conn:
         rows = operations.status(conn, show_query=show_query)
         holders = operations.retention_holders(conn)
+        archives = operations.archives(conn)
         replica = None
         if read_url is not None:
             replica = operations.read_replica(conn, read_url, rows, "outbox status")
@@ -299,4 +300,6 @@ def status(
                     f" retrying: {row.destination_unavailable}"
                 )
             )
+    for archived in archives:
+        console().print(cell(archive_line(archived)))
     print_oldest_holder(holders, stale_after)

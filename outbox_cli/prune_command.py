@@ -17,6 +17,7 @@ _DONE = {
     "would retire": "would retire",
     "held": "kept (held again when re-checked under lock)",
     "busy": "skipped (its lock wait ran out; run prune again)",
+    "archive damaged": "kept (its messages are in a damaged archive)",
 }
 
 
@@ -50,10 +51,11 @@ def prune(context: CommandContext, /, dry_run: bool, **option_values: float | No
         out.print(cell(f"created partition {name}"))
     for attempt in done.retired:
         p = attempt.partition
+        problem = "" if attempt.problem is None else f": {attempt.problem}"
         out.print(
             cell(
                 f"{_DONE[attempt.outcome]} {p.name}: positions {p.first_position} to"
-                f" {p.end_position - 1}, {p.messages} messages"
+                f" {p.end_position - 1}, {p.messages} messages{problem}"
             )
         )
     if not done.retired:

@@ -2,15 +2,27 @@
 
 import datetime
 
+from outbox.positions import readable
 from outbox_cli.printing import cell, console, time_text
-from poller.operations import PartitionHolder, RetentionHolder
+from poller.operations import ArchiveStatus, PartitionHolder, RetentionHolder
 
 _WHAT = {
     "subscription": "subscription",
     "spark": "Spark query",
     "consumer": "consumer",
     "parked": "a parked message of subscription",
+    "archive": "the archive of publication",
 }
+
+WAITING_FOR_THE_ARCHIVE = "waiting for the archive"
+
+
+def _waiting(kind: str, holder: str | None) -> str:
+    """What an archive's hold means: its messages after the archive's mark are not archived
+    yet, and go once `outbox spark archive` has archived them."""
+    if kind != "archive":
+        return ""
+    return f": {WAITING_FOR_THE_ARCHIVE} (`outbox spark archive --publication {holder}`)"
 
 
 def holder_line(holder: RetentionHolder, stale_after: float) -> str:
@@ -25,6 +37,7 @@ def holder_line(holder: RetentionHolder, stale_after: float) -> str:
     )
     if age is not None:
         line += f" ({age:.0f} s)"
+    line += _waiting(holder.kind, holder.holder)
     if stale:
         line += f": STALE, it has not passed these messages for over {stale_after:g} s"
     return line
@@ -55,7 +68,7 @@ def partition_line(partition: PartitionHolder, minimum_age: float) -> str:
     if kind is None:
         return f"{head}: nothing holds it; it goes once the partitions before it have"
     when = "" if since is None else f" since {time_text(since)}"
-    return f"{head}: held by {_WHAT.get(kind, kind)} {holder}{when}"
+    return f"{head}: held by {_WHAT.get(kind, kind)} {holder}{when}{_waiting(kind, holder)}"
 
 
 def _filling(partition: PartitionHolder, minimum_age: float) -> str:
@@ -75,3 +88,18 @@ def _filling(partition: PartitionHolder, minimum_age: float) -> str:
         f" {time_text(first)}) is older than the minimum age ({minimum_age:g} s), and goes once"
         " passed"
     )
+
+
+def archive_line(archived: ArchiveStatus) -> str:
+    """Where a publication's archive stands, for `outbox status`."""
+    if archived.archived_at is None:
+        done = "nothing archived yet"
+    else:
+        done = (
+            f"archived up to {readable(archived.archived_to)} (last range"
+            f" {time_text(archived.archived_at)})"
+        )
+    behind = f"{archived.messages_behind} message(s) not archived yet"
+    if archived.messages_behind:
+        behind += f", the oldest appended {archived.oldest_behind_seconds:.0f} s ago"
+    return f"archive of {archived.publication} at {archived.uri}: {done}; {behind}"

@@ -18,11 +18,12 @@ from psycopg import sql
 
 from outbox.positions import Position
 from outbox.read_servers import ReadProof
+from outbox_spark.archive_reads import missing_from_archive
 from outbox_spark.csv_chunks import whole_row_pieces
 from outbox_spark.options import CopyDriver
 from outbox_spark.partitions import Slice
 from outbox_spark.queries import pipeline_queries
-from outbox_spark.retired_ranges import mark_statement, refuse_retired
+from outbox_spark.retired_ranges import RetiredRangeError, mark_statement, refuse_retired
 from outbox_spark.standby_reads import replayed_past, replayed_statement, wait_for_replay
 from outbox_spark.wire_batches import WIRE_SCHEMA, declared_batch
 from outbox_spark.worker_connections import adbc_connection
@@ -61,20 +62,71 @@ def read_slice(
     *,
     proof: ReadProof | None,
     check_retired: bool = False,
+    archive: str | None = None,
 ) -> Generator[pa.RecordBatch, None, None]:
     """Yield the slice's rows in the declared schema (in delivery order for a key bucket).
 
     A generator, because Spark may close it early, and closing it must end the COPY. On a read
     server (`proof`) it raises ReadServerRefusedError, before reading, when the server is no
     standby of the primary any more (outbox_spark/standby_reads.py). With `check_retired` (a
-    batch read, which holds no subscription row back), the slice ends by raising
-    RetiredRangeError if retention dropped rows of it (outbox_spark/retired_ranges.py).
+    batch read, which holds no subscription row back), the slice ends by checking whether
+    retention dropped rows of it (outbox_spark/retired_ranges.py): then it raises
+    RetiredRangeError, or with the publication's `archive` takes them from there
+    (outbox_spark/archive_reads.py).
     """
     statement = slice_statement(publication, part)
-    after = part.after if check_retired else None
     if _chosen_driver(driver) is CopyDriver.ADBC:
-        return _read_with_adbc(conninfo, statement, publication, part.until, proof, after)
-    return _read_with_psycopg(conninfo, statement, publication, part.until, proof, after)
+        rows = _read_with_adbc(conninfo, statement, publication, part.until, proof, check_retired)
+    else:
+        rows = _read_with_psycopg(
+            conninfo, statement, publication, part.until, proof, check_retired
+        )
+    if not check_retired:
+        return _without_mark(rows)
+    return _checked(rows, conninfo, publication, part, archive)
+
+
+_Rows = Generator[pa.RecordBatch, None, tuple[Any, ...] | None]
+"""A slice's batches, then (the generator's value) the retired-up-to mark read after them."""
+
+
+def _without_mark(rows: _Rows) -> Generator[pa.RecordBatch, None, None]:
+    yield from rows
+
+
+def _checked(
+    rows: _Rows, conninfo: str, publication: str, part: Slice, archive: str | None
+) -> Generator[pa.RecordBatch, None, None]:
+    read: list[pa.Array] = []
+    if archive is None:
+        mark_row = yield from rows
+    else:
+        mark_row = yield from _positions_kept(rows, read)
+    try:
+        refuse_retired(publication, part.after, mark_row)
+    except RetiredRangeError as error:
+        if archive is None:
+            raise
+        # Dropped since the plan: the archive holds them (its mark is past the retired one).
+        until = min(error.mark, part.until)
+        yield from missing_from_archive(
+            conninfo, APPLICATION_NAME, publication, archive, part.after, until, read
+        )
+
+
+def _positions_kept(rows: _Rows, read: list[pa.Array]) -> _Rows:
+    """`rows`, keeping each batch's positions in `read` (8 bytes a row)."""
+    try:
+        while True:
+            try:
+                batch = next(rows)
+            except StopIteration as end:
+                mark_row: tuple[Any, ...] | None = end.value
+                return mark_row
+            read.append(batch.column("position"))
+            yield batch
+    finally:
+        rows.close()
 
 
 def _read_with_adbc(
@@ -83,8 +135,8 @@ def _read_with_adbc(
     publication: str,
     until: Position,
     proof: ReadProof | None,
-    checked_after: Position | None,
-) -> Generator[pa.RecordBatch, None, None]:
+    read_mark: bool,
+) -> _Rows:
     # Without a connection, as_string writes backslashes in E'...' strings, valid whatever
     # the server's standard_conforming_strings.
     text = statement.as_string(None)
@@ -111,9 +163,11 @@ def _read_with_adbc(
                 # backend only when it next sends, which a key bucket's scan, filtering out
                 # most rows, may not do for long: cancel so the server stops at once.
                 cursor.adbc_cancel()
-        if checked_after is not None:
+        if read_mark:
             cursor.execute(mark_statement(publication).as_string(None))
-            refuse_retired(publication, checked_after, cursor.fetchone())
+            mark_row: tuple[Any, ...] | None = cursor.fetchone()
+            return mark_row
+    return None
 
 
 def _read_with_psycopg(
@@ -122,8 +176,8 @@ def _read_with_psycopg(
     publication: str,
     until: Position,
     proof: ReadProof | None,
-    checked_after: Position | None,
-) -> Generator[pa.RecordBatch, None, None]:
+    read_mark: bool,
+) -> _Rows:
     with psycopg.connect(conninfo, autocommit=True, application_name=APPLICATION_NAME) as conn:
 
         def replayed() -> bool:
@@ -145,9 +199,9 @@ def _read_with_psycopg(
                 )
                 for batch in table.to_batches():
                     yield declared_batch(batch, publication)
-        if checked_after is not None:
-            mark = conn.execute(mark_statement(publication)).fetchone()
-            refuse_retired(publication, checked_after, mark)
+        if read_mark:
+            return conn.execute(mark_statement(publication)).fetchone()
+    return None
 
 
 _CSV_PIECE_BYTES = 8 << 20

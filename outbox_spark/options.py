@@ -86,6 +86,9 @@ class SourceOptions:
     read_database: DatabaseLocation | None = None
     """A hot standby of the database: batch ends, split points and slices are read there;
     the subscription row (progress) is written on `database`."""
+    archive: str | None = None
+    """The publication's archive, as the executors reach it: the query reads what it holds
+    from there, and the table after it (outbox_spark/archive_reads.py)."""
 
     @property
     def reads(self) -> DatabaseLocation:
@@ -106,6 +109,9 @@ class BatchOptions:
     read_database: DatabaseLocation | None = None
     """A hot standby of the database: everything is read there (`database` is asked only
     whether it is one)."""
+    archive: str | None = None
+    """The publication's archive, as the executors reach it: the read takes what it holds
+    from there, and the table after it (outbox_spark/archive_reads.py)."""
 
     @property
     def reads(self) -> DatabaseLocation:
@@ -121,6 +127,7 @@ _COMMON = (
     "numPartitions",
     "partitionBy",
     "copyDriver",
+    "archive",
 )
 _STREAM_ONLY = ("subscription", "startingOffsets", "maxRowsPerBatch")
 _BATCH_ONLY = ("startingOffsets", "endingOffsets")
@@ -138,6 +145,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         partition_by=_choice(values, "partitionBy", PartitionBy, PartitionBy.RANGE),
         copy_driver=_choice(values, "copyDriver", CopyDriver, CopyDriver.AUTO),
         read_database=_read_database(values),
+        archive=_archive(values),
     )
 
 
@@ -153,6 +161,7 @@ def parse_batch_options(options: Mapping[str, str]) -> BatchOptions:
         partition_by=_choice(values, "partitionBy", PartitionBy, PartitionBy.RANGE),
         copy_driver=_choice(values, "copyDriver", CopyDriver, CopyDriver.AUTO),
         read_database=_read_database(values),
+        archive=_archive(values),
     )
 
 
@@ -296,6 +305,22 @@ def _position(text: str, name: str, words: tuple[str, ...]) -> Position:
             f"option {name} must be {', '.join(words)}, an offset"
             f' {{"tx": TX, "pos": POS}} or TX:POS, got {text!r} ({error})'
         ) from None
+
+
+def _archive(values: Mapping[str, str]) -> str | None:
+    """The archive's URI; refused with partitionBy key, which the archive cannot serve: a
+    key's bucket is PostgreSQL's hash of it, which the archive's files do not carry."""
+    uri = values.get("archive")
+    if uri is None:
+        return None
+    if not uri.strip():
+        raise OptionError("option archive must be the archive's URI, got ''")
+    if values.get("partitionby", "").lower() == PartitionBy.KEY:
+        raise OptionError(
+            "option archive reads with partitionBy range only: a key's bucket is PostgreSQL's"
+            " hash of the key, which the archive does not hold"
+        )
+    return uri
 
 
 def _positive_integer(values: Mapping[str, str], name: str) -> int | None:

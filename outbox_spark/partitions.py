@@ -16,6 +16,7 @@ from itertools import pairwise
 
 from pyspark.sql.datasource import InputPartition
 
+from outbox.archive.layout import ArchivedFile
 from outbox.positions import Position
 from outbox.read_servers import ReadProof
 
@@ -84,3 +85,14 @@ class SlicePartition(InputPartition):
         if not isinstance(partition, SlicePartition):
             raise TypeError(f"the outbox source plans SlicePartitions, got {partition!r}")
         return partition
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveSlice:
+    """The rows of one task read from the archive: those of `files` (a slice of a range) in
+    `(after, until]`, with the archive at `uri` as the executors reach it."""
+
+    after: Position
+    until: Position
+    files: tuple[ArchivedFile, ...]
+    uri: str

@@ -21,6 +21,7 @@ class RetiredRangeError(RuntimeError):
     """Retention dropped messages of the range a batch read asked for."""
 
     def __init__(self, publication: str, after: Position, mark: Position) -> None:
+        self.mark = mark
         super().__init__(
             f"publication {publication!r}: retention dropped its messages up to {mark}, after"
             f" the read's start {after}, so this read cannot return all of its range; start at"

@@ -20,9 +20,16 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from outbox.archive.layout import Archive
 from outbox.positions import START, Position
 from outbox.read_servers import ReadProof
 from outbox_spark import batches, progress
+from outbox_spark.archive_reads import (
+    archive_batch_end,
+    archive_for,
+    archive_slices,
+    read_archive_slice,
+)
 from outbox_spark.arrow_schema import SPARK_SCHEMA
 from outbox_spark.batch_reader import OutboxBatchReader
 from outbox_spark.copy_reader import APPLICATION_NAME, read_slice
@@ -34,7 +41,8 @@ from outbox_spark.options import (
     parse_batch_options,
     parse_source_options,
 )
-from outbox_spark.partitions import SlicePartition
+from outbox_spark.partitions import ArchiveSlice, SlicePartition
+from outbox_spark.retired_ranges import RetiredRangeError
 from outbox_spark.standby_reads import check_reads
 
 
@@ -87,7 +95,8 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         starting = self.options.starting_offsets
         if starting == "earliest":
-            start = START
+            # With the archive, the history begins where the archive does.
+            start = START if self.options.archive is None else self._archive().begins_after
         elif starting == "latest":
             start = self._batch_end(START, None) or START
         else:
@@ -103,28 +112,55 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:  # noqa: N802
         after = position_of(start)
-        candidate = self._batch_end(after, _row_limit(limit))
+        rows = _row_limit(limit)
+        archived_to = self._archived_to(after)
+        if archived_to is None:
+            candidate = self._batch_end(after, rows)
+        elif rows is None:
+            candidate = max(archived_to, self._batch_end(after, None) or archived_to)
+        else:
+            candidate = archive_batch_end(self._read_conn(), self.options.publication, after, rows)
         return offset_of(next_end(after, candidate, self._ceiling))
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
-        self._ceiling = self._batch_end(START, None) or START
+        last = self._batch_end(START, None) or START
+        if self.options.archive is not None:
+            last = max(last, self._archive().mark)
+        self._ceiling = last
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         after, until = position_of(start), position_of(end)
         if after == until:
             return []
         options = self.options
-        slices = batches.slices(
-            self._read_conn(),
-            options.publication,
-            after,
-            until,
-            options.num_partitions,
-            options.partition_by,
-        )
-        return [SlicePartition(part, self._proof) for part in slices]
+        parts: list[InputPartition] = []
+        archived_to = self._archived_to(after)
+        if options.archive is not None and archived_to is not None:
+            # The archive holds (after, archived_to]; the query's subscription row, at or
+            # before `after`, keeps retention from dropping what follows it in the table.
+            seam = min(archived_to, until)
+            parts += [
+                InputPartition(part)
+                for part in archive_slices(
+                    self._read_conn(), options.publication, options.archive, after, seam
+                )
+            ]
+            after = seam
+        if after < until:
+            slices = batches.slices(
+                self._read_conn(),
+                options.publication,
+                after,
+                until,
+                options.num_partitions,
+                options.partition_by,
+            )
+            parts += [SlicePartition(part, self._proof) for part in slices]
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition.value, ArchiveSlice):
+            return read_archive_slice(partition.value, self.options.publication)
         task = SlicePartition.of(partition)
         # Resolved here, on the executor: the URL (and any password) never sits in a plan.
         conninfo = self.options.reads.conninfo()
@@ -146,6 +182,18 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if connection is not None:
                 connection.close()
         self._connection = self._read_connection = None
+
+    def _archive(self) -> Archive:
+        return archive_for(self._read_conn(), self.options.publication)
+
+    def _archived_to(self, after: Position) -> Position | None:
+        """With the archive option, its mark when it holds messages after `after`."""
+        if self.options.archive is None:
+            return None
+        archive = self._archive()
+        if after < archive.begins_after:
+            raise RetiredRangeError(self.options.publication, after, archive.begins_after)
+        return archive.mark if after < archive.mark else None
 
     def _batch_end(self, after: Position, limit: int | None) -> Position | None:
         conn = self._read_conn()  # first: connecting checks the server and sets the proof

@@ -18,9 +18,10 @@ from outbox.shards import MAX_SHARDS
 from poller.membership import ShardUnit
 from poller.message import Message
 from poller.store.admin_store import AdminStore
+from poller.store.archived_reads import find_archived, history_floor
 from poller.store.message_reads import message_from_row, safe_frontier
 from poller.store.records import SkipRequest, SubscriptionRecord, settings_from_stored
-from poller.store.retired_positions import lock_against_retirement, retired_up_to
+from poller.store.retired_positions import lock_against_retirement
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +223,7 @@ def seek_preview_place(conn: psycopg.Connection[Any], target: SeekTarget) -> Pos
     retired-up-to mark as the seek checks it (a typed place before it is refused), without
     storing or locking anything."""
     publication = target.record.publication
-    return _past_mark(retired_up_to(conn, publication), publication, target.at, target.typed)
+    return _past_mark(history_floor(conn, publication), publication, target.at, target.typed)
 
 
 def _typed(option: str, value: str) -> str | None:
@@ -242,7 +243,9 @@ def _not_retired(
     transaction ends, so the position it stores is seen by that retirement's last check.
     """
     lock_against_retirement(conn)
-    mark = retired_up_to(conn, publication)
+    # With an archive, the history begins where the archive does: the daemon reads the
+    # archive below the retired-up-to mark (poller/store/archived_reads.py).
+    mark = history_floor(conn, publication)
     checked = _past_mark(mark, publication, at, typed)
     if checked != at:
         log.warning(
@@ -538,10 +541,22 @@ def find_message(
     else:
         assert at is not None
         row = store.message_at(publication, at)
-    if row is None:
+    if row is not None:
+        return message_from_row(row)
+    # Retention may have dropped it: an archived publication's archive has it then.
+    archived = None
+    if "\x00" not in publication + (message_id or ""):
+        archived = find_archived(
+            conn,
+            publication,
+            message_id=message_id,
+            position=at if isinstance(at, int) else None,
+            at=at if isinstance(at, Position) else None,
+        )
+    if archived is None:
         wanted = f"id {quoted(message_id)}" if message_id is not None else f"at {at}"
         raise NotFoundError(f"publication {quoted(publication)} has no message {wanted}")
-    return message_from_row(row)
+    return archived
 
 
 def delete_publication_messages(conn: psycopg.Connection[Any], publication: str) -> int:

@@ -135,3 +135,11 @@ WHERE publication_id = {publication}
 -- Whether this server's safe frontier is past a slice's end, so every row of the slice is there (always on the primary the end was chosen on, and on a hot standby once it has replayed that far), then where the server stands (server_state_columns), in the same statement: a standby that passes outbox.read_servers.refusal here had replayed the slice as the primary committed it.
 SELECT pg_snapshot_xmin(pg_current_snapshot()) > {until_transaction_id}::text::xid8,
        {{server_state_columns}}
+
+-- pipeline_range_rows --
+-- How many messages of a publication lie in (after, until]: the archive job cuts a range into files of a given size from it.
+SELECT count(*)
+FROM outbox.messages AS m
+WHERE m.publication_id = %(publication)s
+  AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+  AND (m.transaction_id, m.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)

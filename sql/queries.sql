@@ -502,6 +502,14 @@ FROM outbox.retention_status
 WHERE held_by_kind <> 'unfilled'
 ORDER BY first_position
 
+-- partition_holds_publications --
+-- Whether a partition holds a message of any of the given publications: retention keeps a partition holding messages of an archive whose files it found missing or changed.
+SELECT EXISTS (
+    SELECT FROM outbox.messages AS m
+    WHERE m.position >= %(first_position)s AND m.position < %(end_position)s
+      AND m.publication_id = ANY(%(publications)s)
+)
+
 -- try_retention_lock --
 -- Takes the session lock that lets one daemon of the database run retention at a time; false if another holds it.
 SELECT pg_try_advisory_lock(hashtextextended('outbox.retention', 0))

@@ -303,10 +303,12 @@ $$;
 -- What keeps the partition taking [first_position, end_position) from being retired, the
 -- first reason found (no row: nothing): 'unfilled' (positions still to be handed out),
 -- 'subscription' or 'spark' (a subscription whose checkpoint, or one of whose shards'
--- checkpoints, has not passed one of its messages there), 'consumer' (an outbox.consumer_positions row behind one of them), 'parked'
--- (a parked message there), 'minimum age' (a message appended less than minimum_age ago; not
--- checked when minimum_age is null). held_since: when the oldest message held was appended
--- (the parking time for 'parked', the newest message's for 'minimum age').
+-- checkpoints, has not passed one of its messages there), 'consumer' (an
+-- outbox.consumer_positions row behind one of them), 'archive' (0019: a message of an archived
+-- publication there after the archive's mark; holder: the publication), 'parked' (a parked
+-- message there), 'minimum age' (a message appended less than minimum_age ago; not checked
+-- when minimum_age is null). held_since: when the oldest message held was appended (the
+-- parking time for 'parked', the newest message's for 'minimum age').
 CREATE FUNCTION outbox.message_partition_holder(
     first_position bigint, end_position bigint, minimum_age interval)
 RETURNS TABLE (kind text, holder text, held_since timestamptz)
@@ -362,6 +364,22 @@ BEGIN
         IF FOUND THEN
             RETURN;
         END IF;
+    END IF;
+    -- An archived publication's messages after the archive's mark are not in the archive yet:
+    -- dropping them would lose them (0019).
+    RETURN QUERY
+    SELECT 'archive'::text, a.publication_id, first_held.appended_at
+    FROM outbox.archives AS a,
+         LATERAL (SELECT m.appended_at FROM outbox.messages AS m
+                  WHERE m.publication_id = a.publication_id
+                    AND (m.transaction_id, m.position)
+                        > (a.archived_transaction_id, a.archived_position)
+                    AND m.position >= first_position AND m.position < end_position
+                  ORDER BY m.transaction_id, m.position LIMIT 1) AS first_held
+    ORDER BY first_held.appended_at, a.publication_id
+    LIMIT 1;
+    IF FOUND THEN
+        RETURN;
     END IF;
     RETURN QUERY
     SELECT 'parked'::text, p.subscription_id, p.parked_at
@@ -1012,6 +1030,96 @@ DECLARE
 BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = poller) THEN
         EXECUTE format('GRANT SELECT ON outbox.retention_status TO %I', poller);
+    END IF;
+END
+$grant$;
+
+-- A publication whose history is archived to Parquet by `outbox spark archive` (0019): where
+-- (uri), in which format version, where the archive begins (the publication's retired-up-to
+-- mark when archiving began, 0:0 if nothing had been retired: what was retired before is in no
+-- archive) and the archived-up-to mark (the last message of its last range, in delivery order;
+-- the beginning while it has none). Retention keeps every message of the publication after
+-- the mark (outbox.message_partition_holder, kind 'archive').
+CREATE TABLE outbox.archives (
+    publication_id text PRIMARY KEY,
+    uri text NOT NULL,
+    format_version integer NOT NULL,
+    begins_after_transaction_id xid8 NOT NULL,
+    begins_after_position bigint NOT NULL,
+    archived_transaction_id xid8 NOT NULL,
+    archived_position bigint NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    archived_at timestamptz NULL,
+    CONSTRAINT archives_uri_valid CHECK (uri <> ''),
+    CONSTRAINT archives_format_version_valid CHECK (format_version >= 1),
+    CONSTRAINT archives_mark_valid
+        CHECK ((archived_transaction_id, archived_position)
+               >= (begins_after_transaction_id, begins_after_position))
+);
+
+-- The archive's ranges, (after, last] in delivery order, each starting where the one before it
+-- ends (the first at the archive's beginning). A range is part of the archive exactly when its
+-- row is committed, by the statement that moves the archive's mark from `after` to `last`
+-- (archive_commit_range): files that no row lists (a job killed while writing) are not.
+-- files: [{"path", "slice", "rows", "bytes", "sha256", "first", "last"}], paths relative to
+-- uri; checksum: the SHA-256 of the files' SHA-256 digests in that order.
+CREATE TABLE outbox.archived_ranges (
+    publication_id text NOT NULL
+        REFERENCES outbox.archives (publication_id) ON DELETE CASCADE,
+    after_transaction_id xid8 NOT NULL,
+    after_position bigint NOT NULL,
+    first_transaction_id xid8 NOT NULL,
+    first_position bigint NOT NULL,
+    last_transaction_id xid8 NOT NULL,
+    last_position bigint NOT NULL,
+    uri text NOT NULL,
+    format_version integer NOT NULL,
+    rows bigint NOT NULL,
+    bytes bigint NOT NULL,
+    checksum text NOT NULL,
+    files jsonb NOT NULL,
+    archived_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (publication_id, last_transaction_id, last_position),
+    CONSTRAINT archived_ranges_bounds_valid
+        CHECK ((after_transaction_id, after_position) < (first_transaction_id, first_position)
+               AND (first_transaction_id, first_position)
+                   <= (last_transaction_id, last_position)),
+    CONSTRAINT archived_ranges_counts_valid CHECK (rows > 0 AND bytes > 0),
+    CONSTRAINT archived_ranges_files_valid
+        CHECK (jsonb_typeof(files) = 'array' AND jsonb_array_length(files) > 0)
+);
+
+-- Per archive: the publication's messages not archived yet (after the archive's mark) and when
+-- the oldest of them was appended. As the schema's owner, as outbox.retention_status' functions
+-- run, so `outbox status` and the metrics report it for a role that may not read messages.
+CREATE FUNCTION outbox.archive_lag()
+RETURNS TABLE (publication_id text, messages bigint, oldest_appended_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT a.publication_id, behind.messages, behind.oldest
+    FROM outbox.archives AS a
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS messages, min(m.appended_at) AS oldest
+        FROM outbox.messages AS m
+        WHERE m.publication_id = a.publication_id
+          AND (m.transaction_id, m.position)
+              > (a.archived_transaction_id, a.archived_position)
+    ) AS behind
+    ORDER BY a.publication_id
+$$;
+
+-- Catch-up subscriptions and the daemon (the poller role) read archived history; `outbox
+-- status` (the reader role) shows the archive's progress.
+DO $grant$
+DECLARE
+    prefix text := coalesce(nullif(current_setting('outbox.role_prefix', true), ''), 'outbox');
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = prefix || '_poller') THEN
+        EXECUTE format('GRANT SELECT ON outbox.archives, outbox.archived_ranges TO %I',
+                       prefix || '_poller');
+    END IF;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = prefix || '_reader') THEN
+        EXECUTE format('GRANT SELECT ON outbox.archives, outbox.archived_ranges TO %I',
+                       prefix || '_reader');
     END IF;
 END
 $grant$;

@@ -192,3 +192,7 @@ WHERE s.subscription_id = %(subscription)s
 -- A process that stops leaves its subscription's group at once, so the others take its shards without waiting for its membership to run out.
 DELETE FROM outbox.subscription_members
 WHERE subscription_id = %(subscription)s AND member = %(member)s
+
+-- shard_read_bound --
+-- How far the shards of one count of a subscription may read now (layout_read_bound on its own; the largest place while the count is current, no row when the subscription is gone): a term's reads of the publication's archive take their bound from it, which the table read's statement carries itself.
+{{layout_read_bound}}

@@ -18,12 +18,13 @@ from outbox.positions import Position
 from outbox.queries import QUERIES
 from poller.message import Message
 from poller.reconnect import Reconnector, failure_line
+from poller.store.archived_reads import ArchivedReads, history_floor_async, read_through_archive
 from poller.store.message_reads import (
     prepare_reader_async,
     safe_frontier_async,
     transaction_id_async,
 )
-from poller.store.retired_positions import read_batch_checked_async, retired_up_to_async
+from poller.store.retired_positions import read_batch_checked_async
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class Reads:
             prepare=prepare_reader_async,
         )
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._archived: dict[str, ArchivedReads] = {}
 
     async def __aenter__(self) -> "Reads":
         self._conn = await self._connections.connect()
@@ -75,16 +77,25 @@ class Reads:
         return await self._retried(lambda conn: transaction_id_async(conn, "next_transaction_id"))
 
     async def batch(self, publication: str, after: Position, limit: int) -> list[Message]:
-        """The next rows after `after`; RetiredPositionError if retention retired any."""
+        """The next rows after `after`: where retention dropped them, from the publication's
+        archive (poller/store/archived_reads.py); RetiredPositionError if it has none."""
+        archived = self._archived.setdefault(publication, ArchivedReads(publication))
 
         async def query(conn: psycopg.AsyncConnection[Any]) -> list[Message]:
-            return await read_batch_checked_async(conn, publication, after, limit)
+            async def read_table(at: Position, rows: int) -> list[Message]:
+                return await read_batch_checked_async(conn, publication, at, rows)
+
+            messages, _ = await read_through_archive(read_table, archived, conn, after, limit)
+            return messages
 
         return await self._retried(query)
 
-    async def retired_up_to(self, publication: str) -> Position | None:
+    async def history_floor(self, publication: str) -> Position | None:
+        """Where the publication's readable history begins (its archive's beginning, else
+        its retired-up-to mark); None when nothing before it is gone."""
+
         async def query(conn: psycopg.AsyncConnection[Any]) -> Position | None:
-            return await retired_up_to_async(conn, publication)
+            return await history_floor_async(conn, publication)
 
         return await self._retried(query)
 

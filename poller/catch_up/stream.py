@@ -142,14 +142,15 @@ async def _start_position(reads: Reads, plan: Plan, frontier: int) -> Position:
         return start.at
     if start == "end":
         return at_frontier(frontier)
-    mark = await reads.retired_up_to(plan.publication)
-    if mark is None:
+    floor = await reads.history_floor(plan.publication)
+    if floor is None:
         return START
-    # "start" is the oldest message still there; a consumer that meant to resume (one that
-    # had not stored a position yet) learns here what it will not see.
+    # "start" is the oldest message still readable (in the table, or in the publication's
+    # archive); a consumer that meant to resume (one that had not stored a position yet)
+    # learns here what it will not see.
     log.warning(
         "publication %r: messages up to %s were retired by retention; start is after them",
         plan.publication,
-        mark,
+        floor,
     )
-    return mark
+    return floor

@@ -9,6 +9,8 @@ poller.inspection (where subscriptions stand), poller.shard_administration (a ch
 shard count) and poller.pollable; the SQL in poller.store. Here besides: what an action would
 change (previews) and the actions taken only as previewed (confirmed), what the connected role
 may do (privileges), reading messages, retention.
+change (previews), what the connected role may do (privileges), reading messages, retention,
+archives.
 """
 
 from poller.administration import (
@@ -41,6 +43,7 @@ from poller.administration import (
     update_settings,
 )
 from poller.inspection import SubscriptionStatus, read_server, shards, status
+from poller.operations.archives import ArchiveStatus, archives, delete_archive
 from poller.operations.confirmed import (
     ChangedSinceShownError,
     SkipTaken,
@@ -88,6 +91,7 @@ from poller.store.shard_store import ShardLeader, ShardLeadership, ShardStatus
 
 __all__ = [
     "MAX_LATEST",
+    "ArchiveStatus",
     "Blocker",
     "ChangedSinceShownError",
     "MessageExcerpt",
@@ -122,10 +126,12 @@ __all__ = [
     "SubscriptionError",
     "SubscriptionRecord",
     "SubscriptionStatus",
+    "archives",
     "change_shard_count",
     "check_pollable",
     "create",
     "delete",
+    "delete_archive",
     "delete_publication_messages",
     "ensure_not_restored",
     "find_message",

@@ -19,13 +19,15 @@ from typing import Any, Protocol
 
 import psycopg
 
-from outbox.positions import Position
+from outbox.positions import MAX_PART, START, Position
 from outbox.queries import QUERIES
 from outbox.read_servers import ReadProof, ServerState, proof_parameters
+from outbox.shards import message_shard
 from outbox.storable_text import storable_text
 from poller.membership import ONLY_SHARD, PLAIN_LAYOUT, Layout, ShardUnit
 from poller.message import Message
 from poller.store import shard_reads
+from poller.store.archived_reads import ArchivedReads, Keep, read_through_archive
 from poller.store.message_reads import message_from_row
 from poller.store.read_server_check import refuse_unproven, server_state_async
 from poller.store.records import (
@@ -106,15 +108,58 @@ class LeaderStore:
         self._oldest_hidden: int | None = None  # a shard's, read with its last read
         # The last read stopped at its row limit before the frontier: read again at once.
         self.more_to_read = False
+        # Reads below the retired-up-to mark go through the publication's archive.
+        self._archived: ArchivedReads | None = None
+        self._archive_passed: tuple[Position, Position] | None = None
 
     # Reads, on the read connection --------------------------------------------------------
 
     async def read_batch(self, publication: str, after: Position, limit: int) -> list[Message]:
-        """Raises RetiredPositionError when retention retired messages after `after` (the
-        publication's mark, read in the same snapshot): loudly, where reading on would skip.
-        Nothing comes from a read server that fails the proof: a shard's read raises
-        ReadServerRefusedError, a plain read finds nothing and its hidden-rows question, next,
-        raises it."""
+        """Where retention dropped messages after `after`, they are read from the
+        publication's archive first (poller/store/archived_reads.py); without one it raises
+        RetiredPositionError (the mark is read in the table read's snapshot): loudly, where
+        reading on would skip. Nothing comes from a read server that fails the proof: a
+        shard's read raises ReadServerRefusedError, a plain read finds nothing and its
+        hidden-rows question, next, raises it."""
+        if self._archive_passed is not None and self._archive_passed[0] == after:
+            # The last read went through the archive up to a place past its last message of
+            # this shard: the next starts there.
+            after = self._archive_passed[1]
+        if self._archived is None:
+            self._archived = ArchivedReads(publication, self._shard_keeps(), self._read_bound)
+        messages, reached = await read_through_archive(
+            lambda at, rows: self._read_table(publication, at, rows),
+            self._archived,
+            self._read_conn,
+            after,
+            limit,
+        )
+        last = messages[-1].at if messages else after
+        self._archive_passed = (last, reached) if reached > last else None
+        return messages
+
+    def _shard_keeps(self) -> Keep | None:
+        if not self._sharded:
+            return None
+        unit = self.lease.unit
+        return lambda key, position: message_shard(key, position, unit.shard_count) == unit.shard
+
+    async def _read_bound(self) -> Position | None:
+        """How far this term's count may read now, as the database says (a draining count's
+        barrier), for reads of the archive, which the table read's own bound does not cover;
+        None without a bound."""
+        cursor = await self._conn.execute(
+            shard_reads.SHARD_QUERIES["shard_read_bound"],
+            {"subscription": self._subscription, "shard_count": self.lease.unit.shard_count},
+        )
+        row = await cursor.fetchone()
+        if row is None:
+            return START  # the subscription is gone: nothing more
+        bound = Position(int(row[0]), int(row[1]))
+        return None if bound == Position(MAX_PART, MAX_PART) else bound
+
+    async def _read_table(self, publication: str, after: Position, limit: int) -> list[Message]:
+        """RetiredPositionError when retention retired messages after `after`."""
         if not self._sharded:
             return await read_leader_batch_async(
                 self._read_conn, self._subscription, publication, after, limit, self._proof

@@ -4,6 +4,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from outbox.archive import catalog as archive_catalog
 from outbox.positions import Position
 from outbox.queries import QUERIES
 
@@ -96,3 +97,18 @@ class RetentionHold(NamedTuple):
 def retention_holds(conn: psycopg.Connection[Any]) -> list[RetentionHold]:
     """One per kind that holds any partition back (none: retention may retire them all)."""
     return [RetentionHold(*row) for row in conn.execute(QUERIES["metrics_retention_holders"])]
+
+
+class ArchiveLag(NamedTuple):
+    """How far a publication's archive is behind its messages."""
+
+    publication: str
+    messages: int
+    """The publication's messages not archived yet."""
+    seconds: float
+    """How long ago the oldest of them was appended (0.0 when none)."""
+
+
+def archive_lags(conn: psycopg.Connection[Any]) -> list[ArchiveLag]:
+    """One per archived publication (none without archives)."""
+    return [ArchiveLag(*row) for row in archive_catalog.archive_lag(conn)]

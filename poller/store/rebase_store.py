@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from outbox.archive import catalog as archive_catalog
 from poller.store.restore_check import RESTORE_QUERIES
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def _rewrite(conn: psycopg.Connection[Any], advanced: int) -> RebaseResult | int
         # before it did.
         _refuse_messages_written_among_restored(conn, last_restored)
         return None
+    _refuse_archives(conn)
     base = own_id - ids
     if base < _FIRST_NORMAL_TRANSACTION_ID:
         return int(_FIRST_NORMAL_TRANSACTION_ID - base + _ADVANCE_MARGIN)
@@ -103,6 +105,19 @@ def _rewrite(conn: psycopg.Connection[Any], advanced: int) -> RebaseResult | int
         conn.execute(_composed("rebase_column", **identifiers))
     conn.execute(RESTORE_QUERIES["rebase_raise_epochs"])
     return RebaseResult(restored, ids - restored, rewritten, base, advanced)
+
+
+def _refuse_archives(conn: psycopg.Connection[Any]) -> None:
+    """An archive's Parquet files hold the other cluster's ids, which a rewrite of the tables
+    cannot reach: its ranges, renumbered, would no longer match the rows in its files."""
+    archived = [archive.publication for archive in archive_catalog.list_archives(conn)]
+    if archived:
+        raise RebaseRefusedError(
+            f"{', '.join(map(repr, archived))} archived to the lake: the archive's files keep"
+            " the old cluster's transaction ids, which a rebase cannot rewrite. Copy the files"
+            " elsewhere to keep that history, delete each archive (`outbox archive delete"
+            " --publication P`), rebase, then archive anew"
+        )
 
 
 def _shard_text(shard_count: int, shard: int) -> str:

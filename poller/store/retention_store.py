@@ -11,6 +11,8 @@ from typing import Any
 
 import psycopg
 
+from outbox.archive import catalog as archive_catalog
+from outbox.archive.errors import ArchiveError
 from outbox.queries import QUERIES
 
 
@@ -55,7 +57,11 @@ class PartitionHolder:
 @dataclass(frozen=True)
 class RetiredPartition:
     partition: MessagePartition
-    outcome: str  # "retired", "held" (something holds it now) or "busy" (lock wait ran out)
+    outcome: str
+    """retired, held (something holds it now), busy (the lock wait ran out), would retire (a
+    dry run), or archive damaged (it holds messages of an archive with a file missing or
+    changed, `problem`)."""
+    problem: str | None = None
 
 
 def create_partitions(
@@ -163,3 +169,49 @@ def try_retention_lock(conn: psycopg.Connection[Any]) -> bool:
 
 def release_retention_lock(conn: psycopg.Connection[Any]) -> None:
     conn.execute(QUERIES["release_retention_lock"])
+
+
+def damaged_archives(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """Per archived publication whose archive misses a file, or holds one of another size,
+    among the ranges whose messages are still in the table: what is wrong. Retention keeps
+    those messages: dropping them would leave them nowhere. A look at each file (no read),
+    through pyarrow (the `archive` extra); without it every such archive counts as damaged,
+    since its files cannot be looked at."""
+    ranges = archive_catalog.ranges_in_table(conn)
+    if not ranges:
+        return {}
+    try:
+        from outbox.archive.files import problem_with
+    except ModuleNotFoundError as error:
+        problem = (
+            "its files cannot be checked without pyarrow: pip install"
+            f" 'outbox-poller[archive]' ({error})"
+        )
+        return {archived.publication: problem for archived in ranges}
+    damaged: dict[str, str] = {}
+    for archived in ranges:
+        if archived.publication in damaged:
+            continue
+        for file in archived.files:
+            try:
+                found = problem_with(archived.uri, file)
+            except ArchiveError as error:
+                found = str(error)
+            if found is not None:
+                damaged[archived.publication] = found
+                break
+    return damaged
+
+
+def holds_publications(
+    conn: psycopg.Connection[Any], partition: MessagePartition, publications: list[str]
+) -> bool:
+    row = conn.execute(
+        QUERIES["partition_holds_publications"],
+        {
+            "first_position": partition.first_position,
+            "end_position": partition.end_position,
+            "publications": publications,
+        },
+    ).fetchone()
+    return bool(row and row[0])

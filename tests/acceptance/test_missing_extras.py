@@ -52,8 +52,13 @@ def test_without_the_cli_extra_the_outbox_command_names_it() -> None:
             ["console"],
             "outbox console needs the console extra: pip install 'outbox-poller[console]'",
         ),
+        (
+            ["pyarrow"],
+            ["archive", "delete", "--publication", "orders", "--yes"],
+            "outbox archive needs the archive extra: pip install 'outbox-poller[archive]'",
+        ),
     ],
-    ids=["tui", "relays", "spark", "console"],
+    ids=["tui", "relays", "spark", "console", "archive"],
 )
 def test_a_command_without_its_extra_names_it(
     database_url: str, missing: list[str], arguments: list[str], line: str

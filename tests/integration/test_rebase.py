@@ -365,3 +365,25 @@ def test_messages_behind_a_shards_checkpoint_are_named_when_the_rebase_is_refuse
         f"Behind a checkpoint, so not delivered unless it is seeked back: 'passed' {named},"
         f" 'sub' {named}"
     )
+
+
+def test_rebase_is_refused_while_a_publication_is_archived_and_changes_nothing(
+    database_url: str,
+) -> None:
+    """The archive's files hold the old cluster's ids: renumbering its ranges alone would
+    leave them matching no row of their files."""
+    _restored_outbox(database_url)
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO outbox.archives (publication_id, uri, format_version,"
+            " begins_after_transaction_id, begins_after_position, archived_transaction_id,"
+            " archived_position) VALUES ('orders', 'file:///lake', 1, '0', 0, '0', 0)"
+        )
+        before = _messages(conn)
+    with (
+        psycopg.connect(database_url, autocommit=True) as conn,
+        pytest.raises(RebaseRefusedError, match="'orders' archived to the lake"),
+    ):
+        rebase(conn)
+    with psycopg.connect(database_url) as conn:
+        assert _messages(conn) == before

@@ -52,10 +52,13 @@ def retention_pass(
         return RetentionPass([], [], ran=False)
     try:
         candidates = retention_store.retirable_partitions(conn, options.retention_minimum_age)
+        kept = _kept_for_damaged_archives(conn, candidates)
         if dry_run:
-            return RetentionPass([], [RetiredPartition(p, "would retire") for p in candidates])
+            return RetentionPass(
+                [], [kept.get(p.name) or RetiredPartition(p, "would retire") for p in candidates]
+            )
         created = _create(conn, options)
-        retired = [_retire(conn, p, options) for p in candidates]
+        retired = [kept.get(p.name) or _retire(conn, p, options) for p in candidates]
         closed = retention_store.close_partition_by_age(
             conn, options.retention_minimum_age, options.retention_lock_wait
         )
@@ -64,6 +67,25 @@ def retention_pass(
         return RetentionPass(created, retired, closed=closed)
     finally:
         retention_store.release_retention_lock(conn)
+
+
+def _kept_for_damaged_archives(
+    conn: psycopg.Connection[Any], candidates: list[MessagePartition]
+) -> dict[str, RetiredPartition]:
+    """The candidates that hold messages of an archive with a file missing or changed, kept:
+    the database says those messages are archived, the files say they would be lost."""
+    if not candidates:
+        return {}
+    damaged = retention_store.damaged_archives(conn)
+    kept = {}
+    for partition in candidates:
+        for publication, problem in damaged.items():
+            if retention_store.holds_publications(conn, partition, [publication]):
+                kept[partition.name] = RetiredPartition(
+                    partition, "archive damaged", f"the archive of {publication!r}: {problem}"
+                )
+                break
+    return kept
 
 
 def _create(conn: psycopg.Connection[Any], options: DaemonOptions) -> list[str]:
@@ -135,6 +157,14 @@ def _log_pass(done: RetentionPass) -> None:
         log.info("retention: created partition %s", name)
     for attempt in done.retired:
         partition = attempt.partition
+        if attempt.problem is not None:
+            log.error(
+                "retention: kept partition %s: %s; restore the file from a backup (or delete the"
+                " archive to archive anew)",
+                partition.name,
+                attempt.problem,
+            )
+            continue
         log.info(
             "retention: %s partition %s (positions %d to %d, %d messages)",
             attempt.outcome,

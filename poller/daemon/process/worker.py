@@ -17,6 +17,7 @@ import time
 import psycopg
 import psycopg.errors
 
+from outbox.archive.errors import ArchiveError
 from outbox.positions import readable
 from outbox.read_servers import ReadServerRefusedError
 from poller.daemon.delivery.handler_caller import HandlerCaller
@@ -137,6 +138,18 @@ class SubscriptionWorker:
                 pause = self._failure_pause.failed(time.monotonic())
                 log.error(
                     "%s: %s; no message is read from it (checking again in %.0f s)",
+                    self._name,
+                    error,
+                    pause,
+                )
+                await wait_event(stop, pause)
+            except ArchiveError as error:
+                # The archive this subscription reads (it starts below the retired-up-to
+                # mark) cannot be read now: a file missing or damaged, which a restore from
+                # a backup can mend. Nothing is delivered past it; try again later.
+                pause = self._failure_pause.failed(time.monotonic())
+                log.error(
+                    "%s: %s; nothing after it is delivered (trying again in %.0f s)",
                     self._name,
                     error,
                     pause,

@@ -33,6 +33,7 @@ from poller.daemon.reporting.metrics import (
     DaemonMetrics,
 )
 from poller.store.metrics_store import (
+    archive_lags,
     blocked_deliveries,
     retention_holds,
     safe_frontier_holder_age,
@@ -201,6 +202,7 @@ class StateCollector(Collector):
         yield holder
         yield from self._blocked_figures(conn)
         yield from _retention_figures(conn)
+        yield from _archive_figures(conn)
         if self._metrics.read_database_url is not None:
             checkpoints = {row.subscription: row.checkpoint for row in figures}
             yield from _read_replica_figures(conn, self._metrics.read_database_url, checkpoints)
@@ -282,6 +284,24 @@ def _retention_figures(conn: psycopg.Connection[Any]) -> Iterator[GaugeMetricFam
     for hold in retention_holds(conn):
         held.add_metric([hold.kind, hold.holder], hold.seconds)
     yield held
+
+
+def _archive_figures(conn: psycopg.Connection[Any]) -> Iterator[GaugeMetricFamily]:
+    """Per archived publication (the database's, as retention is): what retention waits for."""
+    messages = gauge(
+        "outbox_archive_lag_messages",
+        "Messages of the publication not archived yet (retention keeps them for the archive).",
+        ["publication"],
+    )
+    seconds = gauge(
+        "outbox_archive_lag_seconds",
+        "Age of the publication's oldest message not archived yet (0: none).",
+        ["publication"],
+    )
+    for lag in archive_lags(conn):
+        messages.add_metric([lag.publication], lag.messages)
+        seconds.add_metric([lag.publication], lag.seconds)
+    yield from (messages, seconds)
 
 
 def _read_replica_figures(
