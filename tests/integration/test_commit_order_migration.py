@@ -1,30 +1,52 @@
 """Migration 0017 on a populated outbox: nothing stored changes meaning, and with daemons and
 row-locked writers running across the upgrade, every message is delivered exactly once and each
-key in commit order from the upgrade on."""
+key in commit order from the upgrade on.
 
-from collections.abc import Iterator
+The outbox is built at the head of the chain with 0017 undone (its downgrade: the writers' own
+xid as the default again), so the rest of today's code, which later migrations serve, runs on
+it; then 0017's upgrade statements are applied as alembic applies them."""
+
+import importlib.util
+from types import ModuleType
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from outbox import schema_migrations as migrations
+from outbox.schema_migrations import migrations_directory
 from poller import administration
 from tests.integration.test_daemon import EAGER_CHECKPOINTS, Recorder, wait_for
-from tests.support.databases import DatabaseFactory
 from tests.support.inprocess import running_daemon
 from tests.support.locked_writers import append_through_a_row_lock
 
-BEFORE = "0016"
+
+def migration_0017() -> ModuleType:
+    path = migrations_directory() / "versions" / "0017_commit_ordered_messages.py"
+    spec = importlib.util.spec_from_file_location("migration_0017", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MIGRATION = migration_0017()
+
+
+def run(url: str, statements: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(statements)
 
 
 @pytest.fixture
-def outbox_at_0016(database_factory: DatabaseFactory) -> Iterator[str]:
-    url = database_factory.create(migrated=False)
-    migrations.upgrade(url, BEFORE)
-    yield url
-    database_factory.drop(url)
+def outbox_before_0017(database_url: str) -> str:
+    run(database_url, MIGRATION.WRITERS_OWN_TRANSACTION_ID)
+    return database_url
+
+
+def upgrade(url: str) -> None:
+    run(url, MIGRATION.ORDERING_TRANSACTION_ID)
 
 
 def every_stored_row(url: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -49,8 +71,8 @@ def every_stored_row(url: str) -> dict[str, list[tuple[Any, ...]]]:
         }
 
 
-def test_the_upgrade_rewrites_no_stored_row(outbox_at_0016: str) -> None:
-    url = outbox_at_0016
+def test_the_upgrade_rewrites_no_stored_row(outbox_before_0017: str) -> None:
+    url = outbox_before_0017
     with psycopg.connect(url) as conn:
         administration.create(conn, "plain", "orders", "start", {})
         administration.create(conn, "sharded", "orders", "start", {}, shards=3)
@@ -59,7 +81,7 @@ def test_the_upgrade_rewrites_no_stored_row(outbox_at_0016: str) -> None:
     with psycopg.connect(url) as conn:
         administration.seek(conn, "plain", f"{pairs[1].second.transaction_id}:0")
     before = every_stored_row(url)
-    migrations.upgrade(url)
+    upgrade(url)
     assert every_stored_row(url) == before
     # Written before the upgrade, under the writers' own xids: the old order, kept.
     assert all(pair.second < pair.first for pair in pairs)
@@ -70,9 +92,9 @@ def test_the_upgrade_rewrites_no_stored_row(outbox_at_0016: str) -> None:
 
 
 def test_daemons_running_across_the_upgrade_deliver_each_message_once(
-    outbox_at_0016: str,
+    outbox_before_0017: str,
 ) -> None:
-    url = outbox_at_0016
+    url = outbox_before_0017
     with psycopg.connect(url) as conn:
         administration.create(conn, "plain", "orders", "start", EAGER_CHECKPOINTS)
         administration.create(
@@ -84,7 +106,7 @@ def test_daemons_running_across_the_upgrade_deliver_each_message_once(
         for n in range(20):
             append_through_a_row_lock(url, key=f"account-{n % 3}", tag=f"before-{n}")
         wait_for(lambda: len(plain.messages) >= 10)
-        migrations.upgrade(url)
+        upgrade(url)
         for n in range(20):
             pairs_after.append(
                 append_through_a_row_lock(url, key=f"account-{n % 3}", tag=f"after-{n}")

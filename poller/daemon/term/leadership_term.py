@@ -324,7 +324,8 @@ class LeadershipTerm:
             # answered before it could run out.
             if (state := self._lease.news()) is not None:
                 await self._follow(state)
-                if (runtime := self._term_writes.runtime_if_changed()) is not None:
+                landed = self._lease.runtime_landed()
+                if (runtime := self._term_writes.runtime_if_changed(landed)) is not None:
                     self._lease.give_runtime(runtime)  # written by the next renewal
 
     def _say_lapses(self, now: float) -> None:

@@ -54,6 +54,8 @@ class LeaseWatch:
         # The runtime figures to write with the next renewal; the renewer's thread takes them.
         self._runtime_lock = threading.Lock()
         self._runtime: dict[str, Any] | None = None
+        # The figures a renewal last wrote, until the term takes them (see runtime_landed).
+        self._landed: dict[str, Any] | None = None
 
     # The term's side, on the event loop ---------------------------------------------------
 
@@ -83,6 +85,16 @@ class LeaseWatch:
             self._answered.clear()
             await self._answered.wait()
 
+    def runtime_landed(self) -> dict[str, Any] | None:
+        """The figures a renewal wrote since last asked (None: none). A checkpoint's statement
+        writes them too, on another connection, so which lands last is unknown: the term
+        takes these as what is stored and writes its own again if they differ, or a renewal
+        that carried older figures and committed after a checkpoint's would leave them stale
+        (a destination said unavailable long after it was back)."""
+        with self._runtime_lock:
+            landed, self._landed = self._landed, None
+            return landed
+
     def give_runtime(self, runtime: dict[str, Any]) -> None:
         """Runtime figures to write with the next renewal (fenced by the token as it is)."""
         with self._runtime_lock:
@@ -100,6 +112,8 @@ class LeaseWatch:
         extended it (and wrote `runtime`): deliveries may start until it could run out."""
         self.fence.renewed(sent_at)
         with self._runtime_lock:
+            if runtime is not None:
+                self._landed = runtime
             if self._runtime is runtime:
                 self._runtime = None  # written; figures given since wait for the next one
 

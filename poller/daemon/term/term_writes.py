@@ -120,10 +120,14 @@ class TermWrites:
         """The term saw its shard layout change in a renewal: a refused write is explained."""
         self._layout_changed = True
 
-    def runtime_if_changed(self) -> dict[str, Any] | None:
+    def runtime_if_changed(self, landed: dict[str, Any] | None) -> dict[str, Any] | None:
         """The runtime figures go out with each checkpoint; while no checkpoint moves (idle,
         or a message stuck in flight) they would go stale, so the next renewal writes them
-        too: the figures when they changed since last written, else None."""
+        too: the figures when they differ from the last written, else None. `landed`: what a
+        renewal wrote since (LeaseWatch.runtime_landed), which may have landed after the last
+        checkpoint's."""
+        if landed is not None:
+            self._runtime_written = landed
         runtime = self._runtime()
         if runtime == self._runtime_written:
             return None
