@@ -119,7 +119,7 @@ _applications: dict[str, BenchEvents] = {}
 class PacedEvents:
     """A writer process's command (bench/load_writers.py): save one event per transaction
     at `rate` per second from `start` to `end`, as `Paced` appends to the outbox; returns
-    (the event's aggregate id, commit time) for each."""
+    (the event's aggregate id, the time the save was due, commit time) for each."""
 
     url: str
     publication: str
@@ -128,7 +128,7 @@ class PacedEvents:
     end: float
     writers: int
 
-    def run(self, _conn: Any, writer: int) -> list[tuple[str, float]]:
+    def run(self, _conn: Any, writer: int) -> list[tuple[str, float, float]]:
         application = _applications.get(self.url)
         if application is None:
             # One connection, as the outbox's writers have: eventsourcing's pool opens 5
@@ -142,7 +142,7 @@ class PacedEvents:
             application = _applications[self.url] = BenchEvents(settings)
         interval = 1 / self.rate
         offset = writer / self.writers
-        committed: list[tuple[str, float]] = []
+        committed: list[tuple[str, float, float]] = []
         n = 0
         while (due := self.start + (n + offset) * interval) < self.end:
             wait = due - time.monotonic()
@@ -150,7 +150,7 @@ class PacedEvents:
                 time.sleep(wait)
             written = Written(f"{self.publication}-{writer}-{n}")
             application.save(written)
-            committed.append((str(written.id), time.monotonic()))
+            committed.append((str(written.id), due, time.monotonic()))
             n += 1
         return committed
 

@@ -23,7 +23,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -124,6 +124,7 @@ class Round:
     written: int
     seconds: float
     unhandled: int
+    from_due: list[float] = field(default_factory=list)  # seconds, due time to handler
 
 
 def pooled(its_rounds: list[Round], quantile: str) -> float:
