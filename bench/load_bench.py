@@ -1,15 +1,23 @@
-"""Commit-to-handler latency under load: 16 writer processes at 50% and 90% of their solo rate.
+"""Commit-to-handler latency under load: 16 writer processes at a share of their solo rate and
+at fixed rates, and a queued backlog drained from the consumer's start.
 
 First the writers run flat out with no consumer, one `outbox.append` per transaction: their
-solo rate R. Then, at each load level, the writers follow a schedule of absolute times that
-adds up to that share of R, and three consumers take turns, each on its own fresh publication:
-a bare loop running the `read_batch` query every 1 ms (the floor for polling, the baseline),
-and the daemon with a plain `def` handler and with an `async def` one. Every writer records
-when each of its commits returned; every consumer records when it had each message.
-
-At a fixed rate besides (bench/fixed_rate.py): 16 writers paced at 1,000 tx/s in total, three
-interleaved rounds of the three consumers, and each message's wait split into its parts (until
-the safe frontier passes it, until a read returns it, until its handler runs).
+solo rate R. Then, in every setting, the writers follow a schedule of absolute times that adds
+up to the setting's rate, and the consumers take turns, three interleaved rounds of each
+(a drift in the machine's load falls on all alike), each run on its own fresh publication:
+- at 50% and 90% of R: a bare loop running the `read_batch` query every 1 ms (the floor for
+  polling, the baseline), and the daemon with a plain `def` handler and with an `async def`
+  one;
+- at 1,000 tx/s: those three, `outbox poll` as a user starts it (its own process, a `def`
+  handler noting the time) and eventsourcing's follower, its writers saving through
+  eventsourcing's application (bench/eventsourcing_follower.py; the second baseline);
+- at 3,000 tx/s: the bare loop and the daemon with a `def` handler;
+- a backlog of 100,000 messages queued before the consumer starts, drained by `outbox poll`
+  and by eventsourcing's follower, timed from the start of the consumer's process.
+Every writer records when each of its commits returned; every consumer records when it had
+each message. Each message's wait is split into its parts where the consumer runs in this
+process (bench/fixed_rate.py: until the safe frontier passes it, until a read returns it,
+until its handler runs).
 
 Lag is not sampled live (the commits happen in other processes): it is counted afterwards
 from those times, once a sample interval, as messages committed minus messages handled by
@@ -32,16 +40,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from multiprocessing.context import ForkServerContext
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.rows import TupleRow
 
 import outbox
-from bench import fixed_rate
+from bench import consumer_processes, eventsourcing_follower, latency_rounds, poller_bench
 from bench.common import Measurement, percentiles
+from bench.latency_rounds import Round
 from outbox.positions import START
 from poller import administration
 from poller.daemon.background import DaemonThread
@@ -49,13 +59,15 @@ from poller.daemon.handlers import Handler
 from poller.message import Message
 from poller.store.message_reads import prepare_reader, read_batch
 
-TITLE = "Load: commit-to-handler latency with 16 writer processes at a share of their solo rate"
+TITLE = "Load: commit-to-handler latency with 16 writer processes, and a backlog from the start"
 
 WRITERS = 16
 BATCH = 500
 BARE_LOOP = "read_batch every 1 ms"
 SYNC_DAEMON = "daemon, def handler"
 ASYNC_DAEMON = "daemon, async def handler"
+OUTBOX_POLL = "`outbox poll`, def handler"
+FOLLOWER = "eventsourcing's follower"
 SOLO = f"{WRITERS} writers, no consumer"
 
 # A consumer that handles less than this share of what is written falls behind for good.
@@ -73,7 +85,8 @@ class Timing:
     drain_timeout: float  # how long consumers get to catch up once the writers stop
 
 
-FULL = Timing(5.0, {50: 15.0, 90: 30.0}, sample_every=1.0, drain_timeout=30.0)
+# Per round at each share of R.
+FULL = Timing(5.0, {50: 10.0, 90: 10.0}, sample_every=1.0, drain_timeout=30.0)
 QUICK = Timing(0.5, {50: 0.5, 90: 1.0}, sample_every=0.25, drain_timeout=10.0)
 
 
@@ -104,7 +117,8 @@ class FlatOut:
 
 @dataclass(frozen=True)
 class Paced:
-    """Commit at `rate` per second from `start` to `end`; returns (message id, commit time).
+    """Commit at `rate` per second from `start` to `end`; returns (message id, the time the
+    commit was due, commit time) for each.
 
     Each commit is due at an absolute time, so a late wake-up is made up by the next commits
     instead of pushing every later one back, and the rate does not drift with sleep jitter.
@@ -115,12 +129,12 @@ class Paced:
     start: float
     end: float
 
-    def run(self, conn: Conn, writer: int) -> list[tuple[str, float]]:
+    def run(self, conn: Conn, writer: int) -> list[tuple[str, float, float]]:
         interval = 1 / self.rate
         # Writers are offset by a fraction of the interval, so the total arrives evenly
         # rather than in bursts of 16 commits at once.
         offset = writer / WRITERS
-        committed: list[tuple[str, float]] = []
+        committed: list[tuple[str, float, float]] = []
         n = 0
         while (due := self.start + (n + offset) * interval) < self.end:
             wait = due - time.monotonic()
@@ -129,9 +143,58 @@ class Paced:
             message_id = f"{self.publication}-{writer}-{n}"
             outbox.append(conn, self.publication, "Loaded", {"n": n}, message_id=message_id)
             conn.commit()
-            committed.append((message_id, time.monotonic()))
+            committed.append((message_id, due, time.monotonic()))
             n += 1
         return committed
+
+
+class Command(Protocol):
+    """What a writer process runs, on its one connection, and sends back."""
+
+    def run(self, conn: Conn, writer: int) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the writers write and the consumer reads."""
+
+    empty: Callable[[str], None]
+    """Empties the table before a run, so none reads behind rows an earlier one left."""
+    probe: Callable[[str, str], str]
+    """Writes one message to the publication; the id the consumer knows it by."""
+    paced: Callable[[str, str, float, float, float], Command]
+    """The writers' command: (url, publication, rate per writer, start, end)."""
+
+
+def _empty_outbox(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE outbox.messages")
+
+
+def _outbox_probe(url: str, publication: str) -> str:
+    with psycopg.connect(url) as conn:
+        outbox.append(conn, publication, "Probe", {}, message_id="probe")
+    return "probe"
+
+
+def _eventsourcing_probe(url: str, publication: str) -> str:
+    message_id = f"{publication}-probe"
+    eventsourcing_follower.fill_with(url, [message_id])
+    return str(eventsourcing_follower.event_id(message_id))
+
+
+OUTBOX = Source(
+    _empty_outbox,
+    _outbox_probe,
+    lambda _url, publication, rate, start, end: Paced(publication, rate, start, end),
+)
+EVENTSOURCING = Source(
+    eventsourcing_follower.empty_table,
+    _eventsourcing_probe,
+    lambda url, publication, rate, start, end: eventsourcing_follower.PacedEvents(
+        url, publication, rate, start, end, WRITERS
+    ),
+)
 
 
 def _writer(url: str, writer: int, commands: Pipe) -> None:
@@ -184,16 +247,25 @@ def solo_rate(writers: list[Pipe], seconds: float) -> float:
 
 
 def write_paced(
-    writers: list[Pipe], publication: str, rate: float, seconds: float
-) -> tuple[float, dict[str, float]]:
-    """The schedule's start, and commit time by message id of everything written."""
+    url: str,
+    writers: list[Pipe],
+    publication: str,
+    rate: float,
+    seconds: float,
+    source: Source = OUTBOX,
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """The schedule's start, and commit time and due time by message id of everything
+    written."""
     start = time.monotonic() + 0.2  # time for every writer to get its command
     for pipe in writers:
-        pipe.send(Paced(publication, rate / len(writers), start, start + seconds))
+        pipe.send(source.paced(url, publication, rate / len(writers), start, start + seconds))
     committed: dict[str, float] = {}
+    due: dict[str, float] = {}
     for pipe in writers:
-        committed.update(pipe.recv())
-    return start, committed
+        for message_id, due_at, committed_at in pipe.recv():
+            committed[message_id] = committed_at
+            due[message_id] = due_at
+    return start, committed, due
 
 
 # --- consumers -------------------------------------------------------------------------------
@@ -275,6 +347,13 @@ class Run:
     start: float
     committed: dict[str, float]  # commit time by message id
     handled_at: HandledAt
+    due: dict[str, float] = field(default_factory=dict)  # when each commit was due to start
+
+    @property
+    def from_due(self) -> list[float]:
+        """From when each write was due (the writer's wish to write) to its handler: what a
+        writer's wait for a lock adds shows here, not in `latencies`."""
+        return [self.handled_at[k] - t for k, t in self.due.items() if k in self.handled_at]
 
     @property
     def latencies(self) -> list[float]:
@@ -285,8 +364,16 @@ class Run:
         return sum(1 for k in self.committed if k not in self.handled_at)
 
     @property
+    def writing_seconds(self) -> float:
+        """From the schedule's start to the last commit, or the schedule's length if longer:
+        writers that cannot keep the rate (eventsourcing's, each waiting for its table lock)
+        commit past its end."""
+        last = max(self.committed.values(), default=self.start)
+        return max(self.seconds, last - self.start)
+
+    @property
     def written_rate(self) -> float:
-        return len(self.committed) / self.seconds
+        return len(self.committed) / self.writing_seconds
 
     def lag_samples(self, every: float) -> tuple[list[float], list[int]]:
         """(seconds into the run, messages committed but not yet handled) once per `every`."""
@@ -313,127 +400,275 @@ def consume_under_load(
     rate: float,
     timing: Timing,
     seconds: float,
+    source: Source = OUTBOX,
 ) -> Run:
     # Every run starts on an empty table, so none reads behind rows an earlier one left.
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE outbox.messages")
+    source.empty(url)
     handled_at: HandledAt = {}
     with consumer(url, publication, handled_at):
         # The consumer counts as started once it handled a first message.
-        with psycopg.connect(url) as conn:
-            outbox.append(conn, publication, "Probe", {}, message_id="probe")
-        if not wait_until(lambda: "probe" in handled_at, timeout=60):
+        probe = source.probe(url, publication)
+        if not wait_until(lambda: probe in handled_at, timeout=60):
             raise RuntimeError(f"{publication}: the consumer did not start within 60 s")
-        start, committed = write_paced(writers, publication, rate, seconds)
+        start, committed, due = write_paced(url, writers, publication, rate, seconds, source)
         # Only this publication's messages reach handled_at, the probe and the committed ones,
         # so a count says when all are in (and costs the consumer no GIL time, unlike a scan).
         wait_until(lambda: len(handled_at) > len(committed), timing.drain_timeout)
-    return Run(seconds, start, committed, handled_at)
+    return Run(seconds, start, committed, handled_at, due)
 
 
-# --- the table -------------------------------------------------------------------------------
+# --- the settings ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contender:
+    tag: str  # in its publications' names
+    consumer: Consumer
+    source: Source = OUTBOX
+
+
+IN_PROCESS = {variant: Contender(tag, consumer) for variant, (tag, consumer) in CONSUMERS.items()}
+AT_FIXED_RATE = {
+    **IN_PROCESS,
+    OUTBOX_POLL: Contender("poll", consumer_processes.outbox_poll()),
+    FOLLOWER: Contender("follower", consumer_processes.eventsourcing_follower(), EVENTSOURCING),
+}
+AT_HIGH_RATE = {variant: IN_PROCESS[variant] for variant in (BARE_LOOP, SYNC_DAEMON)}
+BACKLOG = 100_000
+QUICK_BACKLOG = 2_000
+
+Rounds = dict[str, list[Round]]
+Runs = dict[str, list[Run]]
 
 
 def run(database_url: str, quick: bool) -> list[Measurement]:
     timing = QUICK if quick else FULL
+    seconds = latency_rounds.QUICK_SECONDS if quick else latency_rounds.FULL_SECONDS
+    rounds = 1 if quick else latency_rounds.ROUNDS
+    fixed, high = latency_rounds.RATE, latency_rounds.HIGH_RATE
     with writer_processes(database_url) as writers:
-        at_fixed_rate = fixed_rate_rounds(database_url, writers, timing, quick)
+        # Untimed: on a fresh database the first consumer's run had p99 of 10-12 ms, half of
+        # it behind the frontier (new tables, cold caches), which no later round showed.
+        consume_under_load(database_url, writers, bare_loop, "warm-up", fixed, timing, seconds)
+        # The writers' eventsourcing application too: made at its first save, it took the
+        # first round's first second (connections, type adapters) from every writer.
+        follower = AT_FIXED_RATE[FOLLOWER]
+        consume_under_load(
+            database_url, writers, follower.consumer, "warm-up", fixed, timing, 1.0, follower.source
+        )
+
+        def rounds_of(contenders: dict[str, Contender], rate: float, name: str) -> Rounds:
+            at_rate, _ = rounds_at(
+                database_url, writers, contenders, rate, timing, seconds, rounds, name
+            )
+            return at_rate
+
+        at_fixed_rate = rounds_of(AT_FIXED_RATE, fixed, "fixed")
+        at_high_rate = rounds_of(AT_HIGH_RATE, high, "high")
         solo = solo_rate(writers, timing.solo_seconds)
-        runs = {
-            (percent, variant): consume_under_load(
+        shares = {
+            percent: rounds_at(
                 database_url,
                 writers,
-                consumer,
-                f"load-{percent}-{tag}",
+                IN_PROCESS,
                 solo * percent / 100,
                 timing,
-                seconds,
+                timing.seconds_by_percent[percent],
+                rounds,
+                f"load-{percent}",
             )
-            for percent, seconds in timing.seconds_by_percent.items()
-            for variant, (tag, consumer) in CONSUMERS.items()
+            for percent in timing.seconds_by_percent
         }
+    backlog = QUICK_BACKLOG if quick else BACKLOG
+    drained = drain_rounds(database_url, backlog, rounds, timing)
     measurements = [Measurement("solo rate R", SOLO, solo, "tx/s", note="outbox.append per tx")]
-    for percent in timing.seconds_by_percent:
-        measurements += latency_rows(percent, solo, runs)
-        measurements += lag_rows(percent, runs, timing.sample_every)
-    return measurements + fixed_rate.rows(at_fixed_rate, BARE_LOOP)
+    aims = {"p50": "aim <= 1.5x", "p99": "aim <= 2x"}
+    for percent, (its_rounds, its_runs) in shares.items():
+        setting = f"{percent}% of R"
+        quantiles = ("p50", "p95", "p99")
+        measurements += latency_rounds.rows(its_rounds, BARE_LOOP, setting, quantiles, aims)
+        measurements += lag_rows(percent, its_runs, timing.sample_every)
+    measurements += lower_rate_rows({p: r for p, (r, _) in shares.items()})
+    measurements += latency_rounds.rows(at_fixed_rate, BARE_LOOP, f"{fixed:,.0f} tx/s")
+    measurements += against_follower(at_fixed_rate, f"{fixed:,.0f} tx/s")
+    high_aims = {"p99": "aim <= 2x"}
+    high_rows = latency_rounds.rows(at_high_rate, BARE_LOOP, f"{high:,.0f} tx/s", aims=high_aims)
+    measurements += high_rows
+    return measurements + drain_rows(drained, backlog)
 
 
-def fixed_rate_rounds(
-    url: str, writers: list[Pipe], timing: Timing, quick: bool
-) -> dict[str, list[fixed_rate.Round]]:
-    """The fixed-rate setting (bench/fixed_rate.py): rounds of every consumer in turn."""
-    seconds = fixed_rate.QUICK_SECONDS if quick else fixed_rate.FULL_SECONDS
-    # Untimed: on a fresh database the first consumer's run had p99 of 10-12 ms, half of it
-    # behind the frontier (new tables, cold caches), which no later round showed.
-    consume_under_load(url, writers, bare_loop, "fixed-warm-up", fixed_rate.RATE, timing, seconds)
-    rounds: dict[str, list[fixed_rate.Round]] = {variant: [] for variant in CONSUMERS}
-    for number in range(fixed_rate.ROUNDS):
-        for variant, (tag, consumer) in CONSUMERS.items():
-            publication = f"fixed-{number}-{tag}"
+def rounds_at(
+    url: str,
+    writers: list[Pipe],
+    contenders: dict[str, Contender],
+    rate: float,
+    timing: Timing,
+    seconds: float,
+    rounds: int,
+    name: str,
+) -> tuple[Rounds, Runs]:
+    """`rounds` interleaved rounds of every contender at `rate`, each on a fresh publication."""
+    its_rounds: Rounds = {variant: [] for variant in contenders}
+    its_runs: Runs = {variant: [] for variant in contenders}
+    for number in range(rounds):
+        for variant, contender in contenders.items():
+            publication = f"{name}-{number}-{contender.tag}"
             read_at: dict[str, float] = {}
-            with fixed_rate.reads_timed(read_at):
+            with latency_rounds.reads_timed(read_at):
                 load = consume_under_load(
-                    url, writers, consumer, publication, fixed_rate.RATE, timing, seconds
+                    url,
+                    writers,
+                    contender.consumer,
+                    publication,
+                    rate,
+                    timing,
+                    seconds,
+                    contender.source,
                 )
             if variant == BARE_LOOP:
                 read_at = load.handled_at  # it handles a row where it reads it
-            ids = fixed_rate.transaction_ids(url, publication)
-            parts = fixed_rate.breakdowns(load.committed, ids, read_at, load.handled_at)
-            rounds[variant].append(
-                fixed_rate.Round(
-                    load.latencies, parts, len(load.committed), load.seconds, load.unhandled
+            parts = []
+            if read_at:  # a consumer in this process
+                ids = latency_rounds.transaction_ids(url, publication)
+                parts = latency_rounds.breakdowns(load.committed, ids, read_at, load.handled_at)
+            its_rounds[variant].append(
+                Round(
+                    load.latencies,
+                    parts,
+                    len(load.committed),
+                    load.writing_seconds,
+                    load.unhandled,
+                    load.from_due,
                 )
             )
-    return rounds
+            its_runs[variant].append(load)
+    return its_rounds, its_runs
 
 
-AIMS = {(50, SYNC_DAEMON, "p50"): "aim p50 <= 3 ms", (50, SYNC_DAEMON, "p99"): "aim p99 <= 15 ms"}
-
-
-def latency_rows(percent: int, solo: float, runs: dict[tuple[int, str], Run]) -> list[Measurement]:
-    figures: dict[str, dict[str, float]] = {}
-    for variant in CONSUMERS:
-        latencies = runs[percent, variant].latencies
-        figures[variant] = dict(
-            zip(("p50", "p95", "p99"), percentiles(latencies), strict=True),
-            max=max(latencies) * 1000,
-        )
+def lag_rows(percent: int, runs: Runs, every: float) -> list[Measurement]:
+    """Lag growth, msg/s: the slope of a least-squares line through the lag samples, the
+    steepest of the rounds."""
     measurements = []
-    for quantile in ("p50", "p95", "p99", "max"):
-        group = f"{quantile} at {percent}% of R"
-        for variant in CONSUMERS:
-            notes = [AIMS.get((percent, variant, quantile), "")]
-            if quantile == "p50":  # once per run: what the writers managed, what was missed
-                load = runs[percent, variant]
-                notes.append(f"wrote {load.written_rate:,.0f}/s of {solo * percent / 100:,.0f}")
-                if load.unhandled:
-                    notes.append(f"{load.unhandled:,} never handled")
-            measurements.append(
-                Measurement(
-                    group,
-                    variant,
-                    figures[variant][quantile],
-                    "ms",
-                    None if variant == BARE_LOOP else BARE_LOOP,
-                    "; ".join(n for n in notes if n),
-                    higher_is_better=False,
-                )
-            )
-    return measurements
-
-
-def lag_rows(percent: int, runs: dict[tuple[int, str], Run], every: float) -> list[Measurement]:
-    """Lag growth, msg/s: the slope of a least-squares line through the lag samples."""
-    measurements = []
-    for variant in CONSUMERS:
-        load = runs[percent, variant]
-        times, lags = load.lag_samples(every)
-        slope = statistics.linear_regression(times, lags).slope
-        # Lag that grows by more than a sliver of the write rate means handling falls behind.
-        verdict = "grew" if slope > GROWTH_TOLERANCE * load.written_rate else "flat"
-        note = f"aim: flat; {verdict}: lag {lags[0]:,} -> {lags[-1]:,} msgs in {load.seconds:g} s"
+    for variant, its_runs in runs.items():
+        slopes, verdicts = [], []
+        for load in its_runs:
+            times, lags = load.lag_samples(every)
+            slope = statistics.linear_regression(times, lags).slope
+            slopes.append(slope)
+            # Lag that grows by more than a sliver of the write rate: handling falls behind.
+            grew = slope > GROWTH_TOLERANCE * load.written_rate
+            verdicts.append(f"{'grew' if grew else 'flat'} {lags[0]:,} -> {lags[-1]:,}")
+        note = f"aim: flat; lag in msgs, each round: {', '.join(verdicts)}"
         measurements.append(
-            Measurement(f"lag growth at {percent}% of R", variant, slope, "msg/s", note=note)
+            Measurement(f"lag growth at {percent}% of R", variant, max(slopes), "msg/s", note=note)
         )
     return measurements
+
+
+def lower_rate_rows(shares: dict[int, Rounds]) -> list[Measurement]:
+    """The async def handler at the lower share against itself at the higher one: a
+    scheduling fault once made it slower with fewer messages to handle."""
+    lower, higher = min(shares), max(shares)
+    measurements = []
+    for quantile in ("p50", "p99"):
+        group = f"{ASYNC_DAEMON}, {quantile}: {lower}% against {higher}% of R"
+        base, low = f"at {higher}% of R", f"at {lower}% of R"
+        measurements += [
+            Measurement(
+                group,
+                base,
+                latency_rounds.pooled(shares[higher][ASYNC_DAEMON], quantile),
+                "ms",
+                higher_is_better=False,
+            ),
+            Measurement(
+                group,
+                low,
+                latency_rounds.pooled(shares[lower][ASYNC_DAEMON], quantile),
+                "ms",
+                base,
+                "aim <= 1x: never slower at a lower rate",
+                higher_is_better=False,
+            ),
+        ]
+    return measurements
+
+
+def against_follower(rounds: Rounds, setting: str) -> list[Measurement]:
+    """The daemon, embedded and as `outbox poll`, against eventsourcing's follower: from the
+    commit to the handler, and from when the write was due to the handler (eventsourcing's
+    writers wait for its table lock in turn before they commit, which only the second shows)."""
+    measurements = []
+    for since, attribute in (("commit", "latencies"), ("due time", "from_due")):
+        for quantile in ("p50", "p99"):
+            group = f"{quantile} from {since} at {setting} against {FOLLOWER}"
+            for variant in (FOLLOWER, SYNC_DAEMON, ASYNC_DAEMON, OUTBOX_POLL):
+                values = [x for r in rounds[variant] for x in getattr(r, attribute)]
+                aim = "aim <= 1x" if quantile == "p99" and since == "commit" else ""
+                measurements.append(
+                    Measurement(
+                        group,
+                        variant,
+                        percentiles(values)[latency_rounds.QUANTILES[quantile]],
+                        "ms",
+                        None if variant == FOLLOWER else FOLLOWER,
+                        "" if variant == FOLLOWER else aim,
+                        higher_is_better=False,
+                    )
+                )
+    return measurements
+
+
+# --- a backlog drained from the consumer's start ---------------------------------------------
+
+
+def drain_rounds(url: str, count: int, rounds: int, timing: Timing) -> dict[str, list[float]]:
+    """msg/s of `count` messages queued before the consumer's process starts, timed from its
+    start to the last message handled: `outbox poll` on a new subscription from the start of
+    the publication, eventsourcing's follower from the first event; interleaved rounds."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE outbox.messages")
+    poller_bench.fill(url, "backlog", count)
+    eventsourcing_follower.empty_table(url)
+    eventsourcing_follower.fill(url, "backlog", count)
+    rates: dict[str, list[float]] = {FOLLOWER: [], OUTBOX_POLL: []}
+    timeout = timing.drain_timeout + count / 1000
+    for number in range(rounds):
+        for variant, its_rates in rates.items():
+            its_rates.append(drain_once(url, variant, f"backlog-{number}", count, timeout))
+    return rates
+
+
+def drain_once(url: str, variant: str, name: str, count: int, timeout: float) -> float:
+    started: list[float] = []
+    handled_at: HandledAt = {}
+    if variant == OUTBOX_POLL:
+        consumer = consumer_processes.outbox_poll(started.append, "backlog")
+    else:
+        consumer = consumer_processes.eventsourcing_follower(started.append)
+    with consumer(url, name, handled_at):
+        if not wait_until(lambda: len(handled_at) >= count, timeout):
+            raise RuntimeError(f"{variant} drained {len(handled_at)} of {count} in {timeout:g} s")
+    return count / (max(handled_at.values()) - started[0])
+
+
+def drain_rows(rates: dict[str, list[float]], count: int) -> list[Measurement]:
+    group = "drain of a queued backlog from the consumer's start"
+    return [
+        Measurement(
+            group,
+            variant,
+            statistics.median(its_rates),
+            "msg/s",
+            None if variant == FOLLOWER else FOLLOWER,
+            "; ".join(
+                note
+                for note in (
+                    "aim >= 1x" if variant != FOLLOWER else "",
+                    f"{count:,} msgs; rounds {', '.join(f'{r:,.0f}' for r in its_rates)}",
+                )
+                if note
+            ),
+        )
+        for variant, its_rates in rates.items()
+    ]

@@ -22,7 +22,8 @@
   quarter of them).
 - latency: bench/load_bench.py's 16 writer processes at 50% of their solo rate, commit to
   handler: 2 processes on 4 shards, and 1 process on 4 shards (what the shards cost without
-  a second process), against 1 process on an unsharded subscription, p50 and p99 with their
+  a second process), against 1 process on an unsharded subscription, three interleaved
+  rounds of each, p50 and p99 of the rounds pooled (each round's in the note) with their
   ratios to it, all in the same run.
 """
 
@@ -38,9 +39,11 @@ from typing import Any
 
 import psycopg
 
-from bench.common import Measurement, percentiles
+from bench import latency_rounds
+from bench.common import Measurement
 from bench.daemon_processes import DaemonProcesses, collecting, iterations_for
 from bench.held_connections import BENCH_CONNECTION, HeldConnections, connection_budget
+from bench.latency_rounds import Round
 from bench.load_bench import (
     Consumer,
     HandledAt,
@@ -81,7 +84,11 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
     return (
         drain_matrix(database_url, count)
         + reads(database_url, READ_PUBLICATION, READ_FACTOR * count)
-        + latency(database_url, QUICK_LATENCY if quick else FULL_LATENCY)
+        + latency(
+            database_url,
+            QUICK_LATENCY if quick else FULL_LATENCY,
+            1 if quick else latency_rounds.ROUNDS,
+        )
     )
 
 
@@ -436,7 +443,7 @@ def daemons_in_processes(processes: int, shards: int) -> Consumer:
     return consumer
 
 
-def latency(url: str, timing: Timing) -> list[Measurement]:
+def latency(url: str, timing: Timing, rounds: int) -> list[Measurement]:
     consumers = {
         UNSHARDED: ("unsharded", daemons_in_processes(1, 1)),
         # Tells what the shards cost from what the second process does.
@@ -444,32 +451,21 @@ def latency(url: str, timing: Timing) -> list[Measurement]:
         TWO_PROCESSES: ("sharded", daemons_in_processes(2, 4)),
     }
     seconds = timing.seconds_by_percent[50]
+    its_rounds: dict[str, list[Round]] = {variant: [] for variant in consumers}
     with writer_processes(url) as writers:
         solo = solo_rate(writers, timing.solo_seconds)
-        runs = {
-            variant: consume_under_load(
-                url, writers, consumer, f"shard-latency-{tag}", solo / 2, timing, seconds
-            )
-            for variant, (tag, consumer) in consumers.items()
-        }
-    measurements = [Measurement("solo rate R", "16 writers, no consumer", solo, "tx/s")]
-    for quantile, index in (("p50", 0), ("p99", 2)):
-        group = f"latency {quantile} at 50% of R"
-        for variant, load in runs.items():
-            note = f"wrote {load.written_rate:,.0f}/s"
-            if variant == ONE_PROCESS:
-                note = f"aim <= {LATENCY_AIM:g}x; {note}"
-            if load.unhandled:
-                note += f"; {load.unhandled:,} never handled"
-            measurements.append(
-                Measurement(
-                    group,
-                    variant,
-                    percentiles(load.latencies)[index],
-                    "ms",
-                    None if variant == UNSHARDED else UNSHARDED,
-                    note,
-                    higher_is_better=False,
+        for number in range(rounds):
+            for variant, (tag, consumer) in consumers.items():
+                publication = f"shard-latency-{number}-{tag}"
+                load = consume_under_load(
+                    url, writers, consumer, publication, solo / 2, timing, seconds
                 )
-            )
-    return measurements
+                its_rounds[variant].append(
+                    Round(load.latencies, [], len(load.committed), load.seconds, load.unhandled)
+                )
+    measurements = [Measurement("solo rate R", "16 writers, no consumer", solo, "tx/s")]
+    aims = {quantile: f"aim <= {LATENCY_AIM:g}x" for quantile in ("p50", "p99")}
+    # The aim is for one process on 4 shards; the second process's figures are a contrast.
+    return measurements + latency_rounds.rows(
+        its_rounds, UNSHARDED, "50% of R", aims=aims, aimed={ONE_PROCESS}
+    )

@@ -56,3 +56,27 @@ async def test_the_daemons_async_read_gives_the_same_message(database_url: str) 
     assert (message.position, message.data["note"]) == (position, "ü")
     assert message.appended_at.utcoffset() == datetime.timedelta(0)
     assert message.appended_at == stored
+
+
+def test_the_read_is_planned_once_not_at_every_execution(database_url: str) -> None:
+    """psycopg prepares a query at its fifth execution, and PostgreSQL then planned every
+    execution of the read afresh (a custom plan each time), probing the end of the index
+    behind the checkpoint for its highest value: most of a read's cost once writers add rows
+    there. The read connection keeps one generic plan."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO outbox.messages (publication_id, message_id, message_type, data)"
+            " SELECT 'planned', n::text, 'T', '{}' FROM generate_series(1, 20000) AS n"
+        )
+        conn.execute("ANALYZE outbox.messages")
+        prepare_reader(conn)
+        [last] = read_batch(conn, "planned", START, 20000)[-1:]
+        for _ in range(20):
+            assert read_batch(conn, "planned", last.at, 500) == []
+        plans = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s",
+            ("%FROM outbox.messages%",),
+        ).fetchall()
+    [(generic, custom)] = plans
+    assert (generic, custom) == (20 - 4, 0)

@@ -1,10 +1,12 @@
 """The poll query must walk the index in delivery order: no Sort node, no sequential scan."""
 
 import json
+import re
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from outbox.queries import QUERIES
 from outbox.read_servers import ReadProof, server_state
@@ -18,22 +20,52 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-def read_plan(conn: psycopg.Connection[Any], read: str, after: tuple[str, int]) -> dict[str, Any]:
-    query = "EXPLAIN (FORMAT JSON) " + QUERIES[read]
+def read_parameters(conn: psycopg.Connection[Any], after: tuple[str, int]) -> dict[str, Any]:
     # The leader's read proves its server (read_server_proven), as it does on a hot standby.
     proof = ReadProof(server_state(conn).identity, "the database itself")
-    row = conn.execute(
-        query,
-        {
-            "publication": "publication-3",
-            "subscription": "sub",  # read_leader_batch: how far its one shard may read
-            "shard_count": 1,
-            "after_transaction_id": after[0],
-            "after_position": after[1],
-            "limit": 500,
-            **proof.query_parameters(),
-        },
-    ).fetchone()
+    return {
+        "publication": "publication-3",
+        "subscription": "sub",  # read_leader_batch: how far its one shard may read
+        "shard_count": 1,
+        "after_transaction_id": after[0],
+        "after_position": after[1],
+        "limit": 500,
+        **proof.query_parameters(),
+    }
+
+
+def read_plan(conn: psycopg.Connection[Any], read: str, after: tuple[str, int]) -> dict[str, Any]:
+    """The plan for these values (a custom plan: what an unprepared read gets)."""
+    query = "EXPLAIN (FORMAT JSON) " + QUERIES[read]
+    row = conn.execute(query, read_parameters(conn, after)).fetchone()
+    return first_plan(row)
+
+
+def generic_read_plan(
+    conn: psycopg.Connection[Any], read: str, after: tuple[str, int]
+) -> dict[str, Any]:
+    """The plan the read connection keeps for every execution (prepare_reader: one generic
+    plan), from a PREPARE of the read with $n in place of each named parameter."""
+    names: list[str] = []
+
+    def numbered(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    text = re.sub(r"%\((\w+)\)s", numbered, QUERIES[read])
+    conn.execute(f"PREPARE planned_read AS {text}")
+    values = read_parameters(conn, after)
+    explain = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE planned_read ({})").format(
+        sql.SQL(", ").join(sql.Literal(values[name]) for name in names)
+    )
+    try:
+        return first_plan(conn.execute(explain).fetchone())
+    finally:
+        conn.execute("DEALLOCATE planned_read")
+
+
+def first_plan(row: tuple[Any, ...] | None) -> dict[str, Any]:
     assert row is not None
     document = row[0] if isinstance(row[0], list) else json.loads(row[0])
     plan: dict[str, Any] = document[0]["Plan"]
@@ -63,7 +95,13 @@ def test_the_poll_query_uses_the_delivery_order_index_without_sorting(
         assert row is not None
         after = ("0", 0) if where == "start" else (row[0], row[1])
         prepare_reader(conn)
-        plan = read_plan(conn, read, after)
+        custom = read_plan(conn, read, after)
+        generic = generic_read_plan(conn, read, after)
+    assert_reads_in_delivery_order(custom, database_url)
+    assert_reads_in_delivery_order(generic, database_url)
+
+
+def assert_reads_in_delivery_order(plan: dict[str, Any], database_url: str) -> None:
     # read_batch_with_retired sorts its at most `limit` rows once more above the LIMIT (its
     # mark is joined to them); below the LIMIT, where the backlog is, nothing may be sorted.
     [limit] = [node for node in plan_nodes(plan) if node["Node Type"] == "Limit"]

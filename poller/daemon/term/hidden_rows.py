@@ -37,7 +37,8 @@ class HiddenRows:
             await self._replica.watch(after)
         oldest_hidden = await self._store.oldest_hidden_transaction(self._publication, after)
         now = time.monotonic()
-        if self._stall.observe(now, hidden=oldest_hidden is not None) and oldest_hidden:
+        hidden = oldest_hidden is not None
+        if self._stall.observe(now, hidden=hidden, oldest=oldest_hidden) and oldest_hidden:
             await self._warn_stalled(oldest_hidden, self._stall.waited(now))
         return oldest_hidden is not None
 

@@ -235,11 +235,12 @@ class LeadershipTerm:
                 self._restart()
                 return  # the term ends gracefully, with nothing to hand back
             # Only an empty read asks whether rows wait behind the frontier: one that found
-            # messages reads again at once whatever the answer, and the question cost a round
-            # trip per read while messages flow (bench/fixed_rate.py).
+            # messages reads again soon whatever the answer, and the question cost a round
+            # trip per read while messages flow (bench/latency_rounds.py).
+            more = more or not short
             hidden = not batch and not more and await self._hidden.watch(after)
             delay = self._interval.next_delay(
-                found_messages=bool(batch) or more, hidden_messages=hidden
+                found_messages=bool(batch), hidden_messages=hidden, more=more
             )
             if delay:
                 await self._notifications.wait(publication, delay)

@@ -18,15 +18,22 @@ class StallWatch:
     repeat_every: float = 60.0
     _hidden_since: float | None = None
     _last_warning: float | None = None
+    _oldest: int | None = None
 
-    def observe(self, now: float, *, hidden: bool) -> bool:
-        """True when a warning is due now."""
+    def observe(self, now: float, *, hidden: bool, oldest: int | None = None) -> bool:
+        """True when a warning is due now. `oldest`, the oldest hidden transaction where it is
+        known: another one than last time means the frontier passed the one before, so the
+        clock starts again (under writers that never stop, every empty read finds rows of
+        newer transactions hidden, and none of them waits long)."""
         if not hidden:
             self._hidden_since = None
             self._last_warning = None
+            self._oldest = None
             return False
-        if self._hidden_since is None:
+        if self._hidden_since is None or oldest != self._oldest:
             self._hidden_since = now
+            self._last_warning = None
+            self._oldest = oldest
         if now - self._hidden_since < self.threshold:
             return False
         if self._last_warning is None or now - self._last_warning >= self.repeat_every:

@@ -164,12 +164,18 @@ async def test_rows_behind_a_running_transaction_wait_for_its_commit() -> None:
 async def test_only_an_empty_read_asks_whether_rows_are_hidden() -> None:
     store = FakeTermStore(EVERY_MESSAGE)
     store.append("a", "b")
+
+    def reads() -> list[str]:
+        asked = ("read_batch", "oldest_hidden_transaction")
+        return [name for name, _ in store.calls if name in asked]
+
     async with running_term(store, recording(store.journal)) as term:
         await until(lambda: len(handled(store.journal)) == 2, "both are handled")
+        # The next read waits the poll interval's minimum after one that found messages.
+        await until(lambda: len(reads()) >= 3, "a second read and the question")
         await term.stopped()
-    reads = [name for name, _ in store.calls if name in ("read_batch", "oldest_hidden_transaction")]
     # The first read finds both; the second finds nothing, and only then is the question asked.
-    assert reads[:3] == ["read_batch", "read_batch", "oldest_hidden_transaction"]
+    assert reads()[:3] == ["read_batch", "read_batch", "oldest_hidden_transaction"]
 
 
 async def test_a_lease_renewed_after_it_could_run_out_goes_on_when_nobody_took_it() -> None:

@@ -42,3 +42,15 @@ def test_a_blocker_is_described_with_who_holds_it_never_its_sql() -> None:
 def test_a_prepared_transaction_is_named_by_its_gid() -> None:
     blocker = Blocker("prepared transaction", None, "db", "app", "tx-1", None, "prepared", 3, None)
     assert "gid 'tx-1'" in blocker.describe()
+
+
+def test_hidden_rows_of_newer_transactions_each_time_are_no_stall() -> None:
+    """Under writers that never stop, every empty read found some committed rows behind the
+    frontier, each time of newer transactions: the frontier moved, nothing waited long, yet
+    after 5 s the daemon warned that messages had waited 5 s, held back by none found."""
+    watch = StallWatch(threshold=5.0)
+    for step in range(100):
+        assert not watch.observe(step * 0.1, hidden=True, oldest=1000 + step)
+    assert not watch.observe(12.0, hidden=True, oldest=2000)
+    assert watch.observe(17.0, hidden=True, oldest=2000)  # the same one, 5 s on
+    assert watch.waited(17.0) == 5.0

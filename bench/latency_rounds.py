@@ -1,9 +1,8 @@
-"""The `load` group's fixed-rate setting: 16 writers paced at 1,000 tx/s in total, and where a
-message waits between its commit and its handler.
+"""The `load` group's rounds, and where a message waits between its commit and its handler.
 
-Three interleaved rounds of the bare loop, the daemon with an `async def` no-op handler and
-with a `def` one, each on a fresh publication (a drift in machine load falls on all alike).
-Percentiles pool the rounds; each round's p99 is in the note.
+A setting (a rate of the 16 writers) runs every consumer in turn, in three interleaved rounds,
+each on a fresh publication (a drift in machine load falls on all alike). Percentiles pool the
+rounds; each round's figure is in the note.
 
 Commit-to-handler splits in three:
 (a) commit to frontier: until every transaction with a lower transaction id has ended, so the
@@ -16,14 +15,15 @@ Commit-to-handler splits in three:
     or hidden-row re-check, and the read itself).
 (c) read to handler: the daemon's hop from its read to the handler call.
 The read time is taken where the daemon's leader store returns a read (a wrapper put around
-`LeaderStore.read_batch` for the run); the bare loop handles a row where it reads it.
+`LeaderStore.read_batch` for the run); the bare loop handles a row where it reads it. A
+consumer in another process (`outbox poll`, eventsourcing's follower) has no split.
 """
 
 import contextlib
 import statistics
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -33,12 +33,13 @@ from outbox.positions import Position
 from poller.message import Message
 from poller.store.leader_store import LeaderStore
 
-RATE = 1000.0  # transactions per second, all writers together
+RATE = 1000.0  # transactions per second, all writers together: the fixed rate
+HIGH_RATE = 3000.0  # the second fixed rate
 ROUNDS = 3
 FULL_SECONDS = 10.0  # per consumer and round
 QUICK_SECONDS = 1.0
-GROUP = f"{RATE:,.0f} tx/s"
 PART_NAMES = ("(a) commit to frontier", "(b) frontier to read", "(c) read to handler")
+QUANTILES = {"p50": 0, "p95": 1, "p99": 2}
 
 
 @dataclass(frozen=True)
@@ -116,31 +117,58 @@ def transaction_ids(url: str, publication: str) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Round:
-    """One consumer's run at the fixed rate."""
+    """One consumer's run in one round of a setting."""
 
     latencies: list[float]  # seconds, commit to handler
-    parts: list[Breakdown]
+    parts: list[Breakdown]  # empty for a consumer in another process
     written: int
     seconds: float
     unhandled: int
+    from_due: list[float] = field(default_factory=list)  # seconds, due time to handler
 
 
-def rows(rounds: dict[str, list[Round]], baseline: str) -> list[Measurement]:
-    """p50 and p99 per consumer pooled over the rounds, then each part's p99 (p50 in the
-    note), all against `baseline` (the bare loop) measured in the same rounds."""
-    return latency_rows(rounds, baseline) + part_rows(rounds, baseline)
+def pooled(its_rounds: list[Round], quantile: str) -> float:
+    """A quantile of every round's latencies together, ms."""
+    return percentiles([x for r in its_rounds for x in r.latencies])[QUANTILES[quantile]]
 
 
-def latency_rows(rounds: dict[str, list[Round]], baseline: str) -> list[Measurement]:
+def each_round(its_rounds: list[Round], quantile: str) -> str:
+    return ", ".join(f"{percentiles(r.latencies)[QUANTILES[quantile]]:.1f}" for r in its_rounds)
+
+
+def rows(
+    rounds: dict[str, list[Round]],
+    baseline: str,
+    setting: str,
+    quantiles: tuple[str, ...] = ("p50", "p99"),
+    aims: dict[str, str] | None = None,
+    aimed: Collection[str] | None = None,
+) -> list[Measurement]:
+    """Each quantile per consumer pooled over the rounds, then each part's p99 (p50 in the
+    note), all against `baseline` (the bare loop) measured in the same rounds; `aims` adds a
+    note to a quantile's rows of the `aimed` consumers (every one but the baseline)."""
+    aimed = set(rounds) - {baseline} if aimed is None else set(aimed)
+    return latency_rows(rounds, baseline, setting, quantiles, aims or {}, aimed) + part_rows(
+        rounds, baseline, setting
+    )
+
+
+def latency_rows(
+    rounds: dict[str, list[Round]],
+    baseline: str,
+    setting: str,
+    quantiles: tuple[str, ...],
+    aims: dict[str, str],
+    aimed: set[str],
+) -> list[Measurement]:
     measurements = []
-    for quantile, index in (("p50", 0), ("p99", 2)):
+    for quantile in quantiles:
         for variant, its_rounds in rounds.items():
-            pooled = [x for r in its_rounds for x in r.latencies]
-            each = ", ".join(f"{percentiles(r.latencies)[index]:.1f}" for r in its_rounds)
-            notes = [f"rounds {each} ms"]
-            if quantile == "p99":
+            notes = [aims.get(quantile, "") if variant in aimed else ""]
+            notes.append(f"rounds {each_round(its_rounds, quantile)} ms")
+            if quantile == "p99" and any(r.parts for r in its_rounds):
                 notes.append(slowest_share(its_rounds))
-            else:
+            elif quantile == "p50":
                 written = sum(r.written for r in its_rounds)
                 seconds = sum(r.seconds for r in its_rounds)
                 notes.append(f"wrote {written / seconds:,.0f}/s")
@@ -148,16 +176,20 @@ def latency_rows(rounds: dict[str, list[Round]], baseline: str) -> list[Measurem
                     notes.append(f"{unhandled:,} never handled")
             measurements.append(
                 Measurement(
-                    f"{quantile} at {GROUP}, {ROUNDS} rounds",
+                    f"{quantile} at {setting}, {rounds_named(len(its_rounds))}",
                     variant,
-                    percentiles(pooled)[index],
+                    pooled(its_rounds, quantile),
                     "ms",
                     None if variant == baseline else baseline,
-                    "; ".join(notes),
+                    "; ".join(note for note in notes if note),
                     higher_is_better=False,
                 )
             )
     return measurements
+
+
+def rounds_named(count: int) -> str:
+    return "1 round" if count == 1 else f"{count} rounds"
 
 
 def slowest_share(its_rounds: list[Round]) -> str:
@@ -171,15 +203,17 @@ def slowest_share(its_rounds: list[Round]) -> str:
     return f"slowest 1%: (a) {a:.1f} + (b) {b:.1f} + (c) {c:.1f} ms"
 
 
-def part_rows(rounds: dict[str, list[Round]], baseline: str) -> list[Measurement]:
+def part_rows(rounds: dict[str, list[Round]], baseline: str, setting: str) -> list[Measurement]:
     measurements = []
     for name, attribute in zip(PART_NAMES, ("to_frontier", "to_read", "to_handler"), strict=True):
         for variant, its_rounds in rounds.items():
             values = [getattr(p, attribute) for r in its_rounds for p in r.parts]
+            if len(values) < 2:
+                continue  # a consumer in another process: no split
             p50, _, p99 = percentiles(values)
             measurements.append(
                 Measurement(
-                    f"{name} at {GROUP}, p99",
+                    f"{name} at {setting}, p99",
                     variant,
                     p99,
                     "ms",

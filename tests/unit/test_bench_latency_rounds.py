@@ -1,4 +1,4 @@
-from bench.fixed_rate import Breakdown, breakdowns, frontier_passed
+from bench.latency_rounds import Breakdown, breakdowns, frontier_passed
 
 
 def test_a_row_passes_the_frontier_when_every_lower_transaction_has_committed() -> None:
