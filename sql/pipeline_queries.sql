@@ -132,6 +132,7 @@ SELECT transaction_id::text::bigint AS transaction_id, position FROM outbox.reti
 WHERE publication_id = {publication}
 
 -- pipeline_replayed_past --
--- Whether this server's safe frontier is past a slice's end, so every row of the slice is there (always on the primary the end was chosen on, and on a hot standby once it has replayed that far), then where the server stands (server_state_columns), in the same statement: a standby that passes outbox.read_servers.refusal here had replayed the slice as the primary committed it.
-SELECT pg_snapshot_xmin(pg_current_snapshot()) > {until_transaction_id}::text::xid8,
+-- Whether this server has every row of a slice: a hot standby once its safe frontier is past the slice's end, a server not in recovery at once (a batch end is chosen below the frontier of the primary or of one of its standbys, never past the primary's; a promoted copy fails the proof instead), then where the server stands (server_state_columns), in the same statement: a standby that passes outbox.read_servers.refusal here had replayed the slice as the primary committed it.
+SELECT NOT pg_is_in_recovery()
+       OR pg_snapshot_xmin(pg_current_snapshot()) > {until_transaction_id}::text::xid8,
        {{server_state_columns}}
