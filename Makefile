@@ -24,15 +24,17 @@ install: uv
 #   their own on a free port.
 # - chromium and chromedriver (`chromium`, `chromium-driver`), for the console's browser tests
 #   (tests/acceptance/console/): Selenium drives Debian's browser, nothing is downloaded.
-# - PostgreSQL's JDBC driver (`libpostgresql-jdbc-java`, a jar, not a command: looked for as a
-#   file), the baseline of the Spark and archive benches (`make bench BENCH_ARGS=archive`).
-TOOLS = promtool:prometheus prometheus:prometheus chromium:chromium chromedriver:chromium-driver \
-	/usr/share/java/postgresql.jar:libpostgresql-jdbc-java
+# - PostgreSQL's JDBC driver (`libpostgresql-jdbc-java`, a jar, not a command), the baseline
+#   of `make bench BENCH_ARGS=spark` and `BENCH_ARGS=archive` (the benches look for it at that
+#   path).
+TOOLS = promtool:prometheus prometheus:prometheus chromium:chromium chromedriver:chromium-driver
+TOOL_FILES = /usr/share/java/postgresql.jar:libpostgresql-jdbc-java
 
 tools:
-	@missing=$$(for tool in $(TOOLS); do \
-	  command -v $${tool%%:*} >/dev/null 2>&1 || test -e $${tool%%:*} || echo $${tool#*:}; \
-	  done | sort -u | tr '\n' ' '); \
+	@missing=$$( (for tool in $(TOOLS); do \
+	  command -v $${tool%%:*} >/dev/null 2>&1 || echo $${tool#*:}; done; \
+	  for file in $(TOOL_FILES); do \
+	  [ -e $${file%%:*} ] || echo $${file#*:}; done) | sort -u | tr '\n' ' '); \
 	if [ -z "$$missing" ]; then \
 	  :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

@@ -1,7 +1,9 @@
 """Spark reading a publication: the outbox source against Spark's own JDBC batch read.
 
-Both read the same columns of the same rows into Spark's noop sink, best of a few runs after a
-warm-up: on local[2], then (full runs only) on a standalone cluster of a master and two
+Both read the same columns of the same rows into Spark's noop sink, taking turns round by
+round after a warm-up (best of the rounds, and the median of the rounds' own ratios, so a
+change of the machine's load between two variants' runs does not make the ratio): on
+local[2], then (full runs only) on a standalone cluster of a master and two
 one-core workers started on this machine, the executors separate JVMs. The source runs as a
 streaming query with Trigger.AvailableNow (its batch-end and split-point queries included) and
 as a batch read (`spark.read`, what a backfill runs); JDBC is a batch read split on
@@ -15,6 +17,7 @@ left out with one line saying why and how to get it; nothing is downloaded.
 """
 
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -63,7 +66,7 @@ JDBC_TABLE = sql.SQL(
 def run(database_url: str, quick: bool) -> list[Measurement]:
     rows = 20_000 if quick else int(os.environ.get(ROWS_VARIABLE, "1000000"))
     # Past a few million rows a run is long enough that one (after the warm-up) is telling.
-    repeats = 1 if quick or rows > 2_000_000 else 3
+    repeats = 1 if quick or rows > 2_000_000 else 5
     insert_messages(database_url, rows)
     os.environ[URL_ENVIRONMENT_VARIABLE] = database_url  # before Spark copies the environment
     jdbc_url, jar, skip_reason = jdbc_location(database_url)
@@ -163,40 +166,75 @@ def measure(
     skip_reason: str | None,
     database_url: str,
 ) -> list[Measurement]:
-    """Every variant on `spark`, which is stopped afterwards."""
+    """Every variant on `spark`, which is stopped afterwards.
+
+    The reads take turns, round by round (JDBC, the batch read, each source variant), so each
+    round compares reads made under the same load: on a machine shared with other work the
+    load can change between one variant's runs and the next's. Each value is the best of its
+    rounds; the note adds the median of the rounds' own ratios to JDBC."""
     spark.sparkContext.setLogLevel("ERROR")
     baseline = JDBC_VARIANT if skip_reason is None else None
-    measurements: list[Measurement] = []
+    reads: dict[str, Callable[[], float | None]] = {}
+    if jdbc_url is not None:
+        reads[JDBC_VARIANT] = partial(read_with_jdbc, spark, jdbc_url, database_url)
+    reads[BATCH_VARIANT] = partial(read_as_batch, spark)
+    for variant, options in SOURCE_VARIANTS:
+        reads[variant] = partial(read_with_source, spark, options)
     try:
-        if jdbc_url is not None:
-            seconds, _ = best_of(repeats, partial(read_with_jdbc, spark, jdbc_url, database_url))
-            measurements.append(Measurement(group, JDBC_VARIANT, rows / seconds, "rows/s"))
-        measurements.append(floor_of_a_python_stream(spark, group, repeats))
-        seconds, _ = best_of(repeats, partial(read_as_batch, spark))
-        note = f"spark.read.format('outbox'), a backfill; numPartitions={PARTITIONS}"
-        measurements.append(
-            Measurement(group, BATCH_VARIANT, rows / seconds, "rows/s", baseline, note=note)
-        )
-        for variant, options in SOURCE_VARIANTS:
-            seconds, trigger_seconds = best_of(repeats, partial(read_with_source, spark, options))
-            note = f"numPartitions={PARTITIONS}; {seconds - trigger_seconds:.1f} s outside the read"
-            measurements.append(
-                Measurement(group, variant, rows / seconds, "rows/s", baseline, note=note)
-            )
-            if variant == SOURCE_VARIANTS[0][0]:
-                measurements.append(
-                    Measurement(
-                        group,
-                        "(b') the same, the trigger that read the rows",
-                        rows / trigger_seconds,
-                        "rows/s",
-                        baseline,
-                        note="a running query's rate: start-up and shutdown left out",
-                    )
-                )
+        floor = floor_of_a_python_stream(spark, group, repeats)
+        rounds = take_turns(repeats, reads)
     finally:
         spark.stop()
+
+    def measured(
+        variant: str, seconds: list[float], note: str, label: str | None = None
+    ) -> Measurement:
+        if baseline is not None:
+            paired = statistics.median(
+                jdbc / own for jdbc, own in zip(rounds[JDBC_VARIANT][0], seconds, strict=True)
+            )
+            note = f"{note}; round by round {paired:.2f}x"
+        return Measurement(
+            group, label or variant, rows / min(seconds), "rows/s", baseline, note=note
+        )
+
+    measurements: list[Measurement] = []
+    if jdbc_url is not None:
+        jdbc_seconds = min(rounds[JDBC_VARIANT][0])
+        measurements.append(Measurement(group, JDBC_VARIANT, rows / jdbc_seconds, "rows/s"))
+    measurements.append(floor)
+    note = f"spark.read.format('outbox'), a backfill; numPartitions={PARTITIONS}"
+    measurements.append(measured(BATCH_VARIANT, rounds[BATCH_VARIANT][0], note))
+    for variant, _ in SOURCE_VARIANTS:
+        walls, triggers = rounds[variant]
+        outside = min(walls) - min(triggers)
+        note = f"numPartitions={PARTITIONS}; {outside:.1f} s outside the read"
+        measurements.append(measured(variant, walls, note))
+        if variant == SOURCE_VARIANTS[0][0]:
+            note = "a running query's rate: start-up and shutdown left out"
+            measurements.append(
+                measured(variant, triggers, note, "(b') the same, the trigger that read the rows")
+            )
     return measurements
+
+
+def take_turns(
+    repeats: int, reads: dict[str, Callable[[], float | None]]
+) -> dict[str, tuple[list[float], list[float]]]:
+    """After a warm-up of each (JIT, Python workers, the table in shared buffers), `repeats`
+    rounds of every read in turn: per read, its wall seconds and the seconds it reported
+    itself (its wall seconds when it reports none), one of each per round."""
+    for read in reads.values():
+        read()
+    rounds: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in reads}
+    for _ in range(repeats):
+        for name, read in reads.items():
+            started = time.perf_counter()
+            value = read()
+            wall = time.perf_counter() - started
+            rounds[name][0].append(wall)
+            rounds[name][1].append(wall if value is None else value)
+    return rounds
 
 
 def floor_of_a_python_stream(spark: "SparkSession", group: str, repeats: int) -> Measurement:

@@ -48,10 +48,13 @@ def batch_end(
 def split_points(
     conn: psycopg.Connection[Any], publication: str, start: Position, end: Position, slices: int
 ) -> list[Position]:
-    """Up to `slices - 1` rows that cut `(start, end]` into slices of equal row counts.
+    """Up to `slices - 1` rows that cut `(start, end]` into slices of about equal row counts.
 
-    The k-th cut is row floor(k * total / slices) of the batch: never its last row, and cuts
-    that coincide in a batch of fewer rows than slices come back once.
+    Found by a few index probes, never by counting the batch (which read all of it again on
+    every trigger): the k-th cut is the batch's first row at or past the k-th of evenly
+    spaced positions between its first row's and `end`'s (sql/pipeline_queries.sql). Cuts
+    lie strictly inside the batch, never at its last row, and ones that coincide (a batch of
+    fewer rows than slices) come back once.
     """
     rows = conn.execute(
         pipeline_queries()["pipeline_split_points"],

@@ -144,12 +144,14 @@ def _read_with_adbc(
         adbc_connection(conninfo, APPLICATION_NAME) as connection,
         connection.cursor() as cursor,
     ):
+        if proof is not None:  # a read server's slice (see standby_reads.py)
+            statement_text = replayed_statement(until).as_string(None)
 
-        def replayed() -> bool:
-            cursor.execute(replayed_statement(until).as_string(None))
-            return replayed_past(cursor.fetchone(), proof)
+            def replayed() -> bool:
+                cursor.execute(statement_text)
+                return replayed_past(cursor.fetchone(), proof)
 
-        wait_for_replay(replayed, until)  # a hot standby's slice (see standby_reads.py)
+            wait_for_replay(replayed, until)
         # Without parameters the driver runs COPY (...) TO STDOUT (FORMAT binary).
         cursor.execute(text)
         finished = False
@@ -179,11 +181,13 @@ def _read_with_psycopg(
     read_mark: bool,
 ) -> _Rows:
     with psycopg.connect(conninfo, autocommit=True, application_name=APPLICATION_NAME) as conn:
+        if proof is not None:  # a read server's slice (see standby_reads.py)
+            replay_check = replayed_statement(until)
 
-        def replayed() -> bool:
-            return replayed_past(conn.execute(replayed_statement(until)).fetchone(), proof)
+            def replayed() -> bool:
+                return replayed_past(conn.execute(replay_check).fetchone(), proof)
 
-        wait_for_replay(replayed, until)  # a hot standby's slice (see standby_reads.py)
+            wait_for_replay(replayed, until)
         # CSV renders timestamptz in the session's zone and style; Arrow reads ISO with +00.
         conn.execute("SET TimeZone TO 'UTC'")
         conn.execute("SET DateStyle TO 'ISO'")

@@ -4,7 +4,8 @@ Every row of the batch must be read by exactly one task, or a replayed batch wou
 double rows. Two ways:
 
 - range: consecutive keyset ranges `(after, until]` between split points, so the tasks hold
-  about as many rows each (the split points are the ends of ntile() slices in SQL);
+  about as many rows each (the split points are rows at evenly spaced positions of the
+  batch, found by index probes in SQL);
 - key: every task scans the whole range and keeps the rows whose partition key hashes to its
   bucket, so all messages of a key land in one task, in (transaction_id, position) order.
   Keyless rows carry no order promise and are spread by position.

@@ -13,7 +13,9 @@ checked in the statement that also says where the server stands: a promoted copy
 says nothing of the primary's rows (its own transactions carry it on), so it is refused
 there. A standby that passes had replayed every row of the slice as the primary committed it,
 and keeps them whatever becomes of it; the slice's COPY reads them next, on the same
-connection. On the primary that holds at once.
+connection. A server not in recovery passes at once, whatever the slice's end (a batch end is
+never past the primary's frontier; a promoted copy fails the proof in the same statement), and
+a slice read from the database itself (no readUrl, so no proof) runs no check at all.
 """
 
 import logging

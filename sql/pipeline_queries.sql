@@ -51,27 +51,34 @@ LEFT JOIN LATERAL (
 ) AS candidate ON true
 
 -- pipeline_split_points --
--- The rows that cut (after, until] into %(slices)s slices of equal row counts: a count, then one index probe per cut, with no sort or spill.
-WITH batch AS (
-    SELECT count(*) AS total
-    FROM outbox.messages AS m
-    WHERE m.publication_id = %(publication)s
-      AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
-      AND (m.transaction_id, m.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
-)
-SELECT DISTINCT cut.transaction_id::text::bigint AS transaction_id, cut.position
-FROM batch, generate_series(1, %(slices)s - 1) AS s(slice),
-LATERAL (
-    SELECT m.transaction_id, m.position
+-- Up to %(slices)s - 1 rows that cut (after, until] into slices of about equal row counts, found by a few index probes whatever the batch's size (counting the batch read every row of it: a tenth or more of a trigger). Rows take positions as they are inserted, so a batch's rows lie spread over the positions from its first row's to until's: the k-th cut is the first row of the batch at or past the k-th of %(slices)s - 1 evenly spaced positions there, looked for among the publication's next 64 rows (none there, no cut). Cuts lie strictly inside the range, so any cuts make slices that hold every row of it once; ones that coincide come back once.
+WITH first AS (
+    SELECT m.position
     FROM outbox.messages AS m
     WHERE m.publication_id = %(publication)s
       AND (m.transaction_id, m.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
       AND (m.transaction_id, m.position) <= (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
     ORDER BY m.transaction_id, m.position
-    OFFSET s.slice * batch.total / %(slices)s - 1
+    LIMIT 1
+)
+SELECT DISTINCT cut.transaction_id::text::bigint AS transaction_id, cut.position
+FROM first, generate_series(1, %(slices)s - 1) AS s(slice),
+LATERAL (
+    SELECT near.transaction_id, near.position
+    FROM (
+        SELECT m.transaction_id, m.position
+        FROM outbox.messages AS m
+        WHERE m.publication_id = %(publication)s
+          AND m.position >= first.position
+              + floor((%(until_position)s::bigint - first.position)::numeric * s.slice / %(slices)s)::bigint
+        ORDER BY m.position
+        LIMIT 64
+    ) AS near
+    WHERE (near.transaction_id, near.position) > (%(after_transaction_id)s::text::xid8, %(after_position)s::bigint)
+      AND (near.transaction_id, near.position) < (%(until_transaction_id)s::text::xid8, %(until_position)s::bigint)
+    ORDER BY near.position
     LIMIT 1
 ) AS cut
-WHERE s.slice * batch.total / %(slices)s >= 1
 -- Both output columns are bigint here, so this sorts numerically.
 ORDER BY transaction_id, position
 
@@ -132,8 +139,9 @@ SELECT transaction_id::text::bigint AS transaction_id, position FROM outbox.reti
 WHERE publication_id = {publication}
 
 -- pipeline_replayed_past --
--- Whether this server's safe frontier is past a slice's end, so every row of the slice is there (always on the primary the end was chosen on, and on a hot standby once it has replayed that far), then where the server stands (server_state_columns), in the same statement: a standby that passes outbox.read_servers.refusal here had replayed the slice as the primary committed it.
-SELECT pg_snapshot_xmin(pg_current_snapshot()) > {until_transaction_id}::text::xid8,
+-- Whether this server has every row of a slice: a hot standby once its safe frontier is past the slice's end, a server not in recovery at once (a batch end is chosen below the frontier of the primary or of one of its standbys, never past the primary's; a promoted copy fails the proof instead), then where the server stands (server_state_columns), in the same statement: a standby that passes outbox.read_servers.refusal here had replayed the slice as the primary committed it.
+SELECT NOT pg_is_in_recovery()
+       OR pg_snapshot_xmin(pg_current_snapshot()) > {until_transaction_id}::text::xid8,
        {{server_state_columns}}
 
 -- pipeline_range_rows --

@@ -93,3 +93,37 @@ def test_split_points_cut_a_batch_into_slices_of_equal_rows(database_url: str) -
 
     assert [len(part) for part in slices] == [225, 225, 225, 225]
     assert [row for part in slices for row in part] == rows[100:]
+
+
+def test_split_points_of_interleaved_writers_leave_slices_of_about_equal_rows(
+    database_url: str,
+) -> None:
+    """Cuts are rows at evenly spaced positions, not counted ones: two writers whose
+    transactions overlap and commit out of order, with another publication's rows between
+    theirs, still give four slices of about a quarter of the batch each, every row in one."""
+    with psycopg.connect(database_url) as first, psycopg.connect(database_url) as second:
+        for _ in range(100):
+            append_in_transaction(first, "orders", 2)
+            append_in_transaction(second, "orders", 3)
+            append_in_transaction(first, "invoices", 1)
+            second.commit()
+            first.commit()
+    wait_until_quiet(database_url)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = [
+            Position(*row)
+            for row in conn.execute(
+                "SELECT transaction_id::text::bigint, position FROM outbox.messages"
+                " WHERE publication_id = 'orders' ORDER BY 1, 2"
+            )
+        ]
+        end = batch_end(conn, "orders", START, None, proof=None)
+        assert end is not None
+        points = split_points(conn, "orders", START, end, 4)
+
+    slices = read_positions(database_url, "orders", range_slices(START, end, points))
+
+    assert sorted(row for part in slices for row in part) == rows
+    assert all(abs(len(part) - len(rows) / 4) <= len(rows) / 40 for part in slices), [
+        len(part) for part in slices
+    ]

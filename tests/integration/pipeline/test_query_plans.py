@@ -112,15 +112,42 @@ def sorts_table_rows(node: dict[str, Any], below_sort: bool = False) -> bool:
     return any(sorts_table_rows(child, below_sort) for child in node.get("Plans", []))
 
 
-@pytest.mark.parametrize(
-    "name", ["pipeline_last_safe_row", "pipeline_batch_end", "pipeline_split_points"]
-)
+@pytest.mark.parametrize("name", ["pipeline_last_safe_row", "pipeline_batch_end"])
 def test_the_driver_queries_walk_the_index_without_sorting_rows(
     explain: Any, batch: dict[str, Any], name: str
 ) -> None:
     nodes = explain(sql.SQL(pipeline_queries()[name]), batch)
     assert_uses_the_delivery_index(nodes)
     assert not sorts_table_rows(nodes[0]), [node["Node Type"] for node in nodes]
+
+
+def scans_outside_a_limit(node: dict[str, Any], under_limit: bool = False) -> list[str]:
+    """The scans of outbox.messages with no Limit above them: each may read a whole range."""
+    if str(node.get("Relation Name", "")).startswith("messages") and not under_limit:
+        return [node["Node Type"]]
+    under_limit = under_limit or node["Node Type"] == "Limit"
+    return [
+        scan
+        for child in node.get("Plans", [])
+        for scan in scans_outside_a_limit(child, under_limit)
+    ]
+
+
+def test_split_points_are_index_probes_that_never_read_the_batch(
+    explain: Any, batch: dict[str, Any]
+) -> None:
+    """Counting the batch to cut it read every row of it a second time on every trigger (a
+    tenth or more of a 1M-row trigger); the cuts are probes of a few index entries each: the
+    batch's first row in delivery order, then the rows at evenly spaced positions."""
+    nodes = explain(sql.SQL(pipeline_queries()["pipeline_split_points"]), batch)
+    node_types = [node["Node Type"] for node in nodes]
+    assert "Aggregate" not in node_types, node_types  # the count of the batch
+    assert "Seq Scan" not in node_types, node_types
+    assert not scans_outside_a_limit(nodes[0]), node_types
+    assert not sorts_table_rows(nodes[0]), node_types
+    scans = {node["Index Name"] for node in nodes if "Index Name" in node}
+    assert any(re.fullmatch(PARTITION_DELIVERY_INDEX, scan) for scan in scans), scans
+    assert any(re.fullmatch(r"messages_from_\d+_pkey", scan) for scan in scans), scans
 
 
 def test_a_range_slice_is_read_through_the_index_without_sorting(

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from outbox.positions import START, Position
-from outbox.read_servers import ReadServerRefusedError, server_state
+from outbox.read_servers import ReadProof, ReadServerRefusedError, server_state
 from outbox_spark.batch_reader import OutboxBatchReader
 from outbox_spark.copy_reader import read_slice
 from outbox_spark.options import CopyDriver, parse_batch_options, parse_source_options
@@ -81,6 +81,8 @@ def test_a_slice_waits_until_its_server_has_replayed_its_end(
     primary, standby = replica_pair.migrated_database(f"spark_standby_wait_{driver.value}")
     caplog.set_level(logging.WARNING, logger="outbox_spark.standby_reads")
     read: list[Position] = []
+    with psycopg.connect(primary) as conn:
+        proof = ReadProof(server_state(conn).identity, "the standby")  # as the driver made it
     with replica_pair.replay_paused():
         # Planned where the rows are (another standby, or this one before a restart); read
         # on a standby that has not replayed them yet.
@@ -88,7 +90,7 @@ def test_a_slice_waits_until_its_server_has_replayed_its_end(
         part = Slice(START, rows[-1])
         reading = threading.Thread(
             target=lambda: read.extend(
-                positions_read(read_slice(standby, "orders", part, driver, proof=None))
+                positions_read(read_slice(standby, "orders", part, driver, proof=proof))
             )
         )
         reading.start()
