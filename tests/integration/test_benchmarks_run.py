@@ -111,7 +111,6 @@ def test_retention_benchmark_compares_partitions_with_delete(
 
 def test_load_benchmark_reports_latency_and_lag_under_paced_writers(database_server: str) -> None:
     output = run_bench(database_server, "load")
-    # Long group names wrap in the table: short texts, each within one cell's line.
     for text in (
         "solo rate R",
         "p50 at 50% of R",

@@ -15,7 +15,7 @@ import asyncio
 from collections import Counter
 
 from outbox.database_url import mask_password
-from poller.daemon.process.shared_connection import SharedConnection
+from poller.daemon.process.shared_connection import ConnectionGroup, SharedConnection
 from poller.daemon.process.shared_reads import SharedShardReads
 from poller.membership import ShardUnit
 from poller.reconnect import Reconnector
@@ -43,8 +43,11 @@ class SubscriptionConnections:
         read_url = read_database_url or database_url
         self.reads_elsewhere = read_url != database_url
         self.read_url_shown = mask_password(read_url)
+        group = ConnectionGroup()
         self._writes = [
-            SharedConnection(Reconnector(database_url, self.holder, subscription_id, stop=stop))
+            SharedConnection(
+                Reconnector(database_url, self.holder, subscription_id, stop=stop), group
+            )
             for _ in range(WRITE_CONNECTIONS)
         ]
         # The coordinator's, to load the subscription as it starts.
@@ -58,7 +61,8 @@ class SubscriptionConnections:
                 f"{subscription_id} reads",
                 stop=stop,
                 prepare=prepare_reader_async,
-            )
+            ),
+            group,
         )
         self.shard_reads = SharedShardReads(self.reads, stop, subscription_id)
         # Per shard, until when a takeover's term may start nothing (see SelfFence): kept by

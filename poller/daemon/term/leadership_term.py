@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 CANCELLING = 1.0
 """Seconds a statement given up on gets to end when cancelled (see cancel_until_done)."""
 
+RUNTIME_EVERY = 0.1
+"""Seconds between the runtime figures a term gives its renewals (see _tick_loop): fresh
+enough for subscription_status, and their dict not built on every 20 ms tick."""
+
 
 def until_next_tick(now: float, every: float) -> float:
     """Seconds to the next multiple of `every` on the loop's clock. Every term of a process
@@ -125,12 +129,14 @@ class LeadershipTerm:
             self._carry_out,
             self._renew,
             self._restart,
+            self._lease.runtime_written,
         )
         # Whether this term's shard drained when it began, and whether a change of the count
         # has made it drain since (see _follow_layout).
         self._unit = store.lease.unit
         self._began_draining = record.layout.draining(self._unit)
         self._restart_once_drained = False
+        self._runtime_given_at = float("-inf")
         # A shard of a new count during a change starts only once the old shards are done.
         self._barrier_passed = not record.layout.waits_for_barrier(self._unit)
         # Settings other than the consumer count changed: end this term gracefully and let
@@ -325,9 +331,11 @@ class LeadershipTerm:
             # answered before it could run out.
             if (state := self._lease.news()) is not None:
                 await self._follow(state)
-                landed = self._lease.runtime_landed()
-                if (runtime := self._term_writes.runtime_if_changed(landed)) is not None:
-                    self._lease.give_runtime(runtime)  # written by the next renewal
+            # What the next renewal writes (when it changed): at most RUNTIME_EVERY old when
+            # it goes, so the figures a renewal stores are as fresh as a checkpoint's.
+            if (now := time.monotonic()) >= self._runtime_given_at + RUNTIME_EVERY:
+                self._runtime_given_at = now
+                self._lease.give_runtime(self._term_writes.runtime())
 
     def _say_lapses(self, now: float) -> None:
         """Deliveries stop while the lease is not confirmed in time (self_fence.py): say when

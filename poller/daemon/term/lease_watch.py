@@ -51,11 +51,12 @@ class LeaseWatch:
         self._answered = asyncio.Event()
         # The renewer's (see hold): wakes it for a renewal now.
         self.ask_renewer: Callable[[], None] = _not_held
-        # The runtime figures to write with the next renewal; the renewer's thread takes them.
+        # The runtime figures: the newest the term gave or a checkpoint wrote, and those the
+        # next renewal writes (None: the stored ones are the newest, as far as it knows). The
+        # renewer's thread takes them.
         self._runtime_lock = threading.Lock()
+        self._runtime_newest: dict[str, Any] | None = None
         self._runtime: dict[str, Any] | None = None
-        # The figures a renewal last wrote, until the term takes them (see runtime_landed).
-        self._landed: dict[str, Any] | None = None
 
     # The term's side, on the event loop ---------------------------------------------------
 
@@ -85,20 +86,19 @@ class LeaseWatch:
             self._answered.clear()
             await self._answered.wait()
 
-    def runtime_landed(self) -> dict[str, Any] | None:
-        """The figures a renewal wrote since last asked (None: none). A checkpoint's statement
-        writes them too, on another connection, so which lands last is unknown: the term
-        takes these as what is stored and writes its own again if they differ, or a renewal
-        that carried older figures and committed after a checkpoint's would leave them stale
-        (a destination said unavailable long after it was back)."""
-        with self._runtime_lock:
-            landed, self._landed = self._landed, None
-            return landed
-
     def give_runtime(self, runtime: dict[str, Any]) -> None:
-        """Runtime figures to write with the next renewal (fenced by the token as it is)."""
+        """The term's runtime figures now (fenced by the token as it is): the next renewal
+        writes them when they differ from the newest given or written."""
         with self._runtime_lock:
-            self._runtime = runtime
+            if runtime != self._runtime_newest:
+                self._runtime_newest = self._runtime = runtime
+
+    def runtime_written(self, runtime: dict[str, Any]) -> None:
+        """A checkpoint's statement wrote `runtime`: the newest, which no renewal need write
+        again."""
+        with self._runtime_lock:
+            self._runtime_newest = runtime
+            self._runtime = None
 
     # The renewer's side -------------------------------------------------------------------
 
@@ -111,11 +111,16 @@ class LeaseWatch:
         """On the renewer's thread: a renewal sent at `sent_at` found the lease still held and
         extended it (and wrote `runtime`): deliveries may start until it could run out."""
         self.fence.renewed(sent_at)
+        if runtime is None:
+            return
         with self._runtime_lock:
-            if runtime is not None:
-                self._landed = runtime
             if self._runtime is runtime:
                 self._runtime = None  # written; figures given since wait for the next one
+            elif self._runtime is None and runtime != self._runtime_newest:
+                # A checkpoint wrote newer figures on another connection meanwhile, and which
+                # statement committed last is unknown: older figures must not stay stored (a
+                # destination said unavailable long after it was back), so write them again.
+                self._runtime = self._runtime_newest
 
     def answered(self, sent_at: float, state: LeaseState | None) -> None:
         """On the event loop: what a renewal sent at `sent_at` found (None: the lease is

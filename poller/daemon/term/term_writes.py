@@ -3,6 +3,7 @@ parked rows, checkpoints, and the runtime figures that go out with them (and wit
 Every one is fenced in SQL; a refused write asks the term to renew, which tells why (raises
 when the lease is lost, applies a seek, or ends the term when the shard layout changed)."""
 
+import heapq
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -32,6 +33,7 @@ class TermWrites:
         carry_out: Callable[[list[Command]], None],
         renew: Callable[[], Awaitable[None]],
         restart: Callable[[], None],
+        runtime_written: Callable[[dict[str, Any]], None],
     ) -> None:
         self._subscription_id = subscription_id
         self._store = store
@@ -41,7 +43,7 @@ class TermWrites:
         self._carry_out = carry_out
         self._renew = renew
         self._restart = restart
-        self._runtime_written: dict[str, Any] | None = None
+        self._runtime_written = runtime_written
         self._layout_changed = False  # see layout_changed
 
     async def write(self, command: WriteCommand) -> None:
@@ -95,9 +97,9 @@ class TermWrites:
 
     async def write_checkpoint(self, position: Position, epoch: int) -> bool:
         """False when refused (the term renewed, and restarts if it still leads this epoch)."""
-        runtime = self._runtime()
+        runtime = self.runtime()
         if await self._store.write_checkpoint(epoch, position, runtime):
-            self._runtime_written = runtime
+            self._runtime_written(runtime)
             self._carry_out(self._machine.checkpoint_written(position, epoch, time.monotonic()))
             return True
         # Fenced out, the epoch moved under us (a seek), or the shard layout changed: a
@@ -120,21 +122,9 @@ class TermWrites:
         """The term saw its shard layout change in a renewal: a refused write is explained."""
         self._layout_changed = True
 
-    def runtime_if_changed(self, landed: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The runtime figures go out with each checkpoint; while no checkpoint moves (idle,
-        or a message stuck in flight) they would go stale, so the next renewal writes them
-        too: the figures when they differ from the last written, else None. `landed`: what a
-        renewal wrote since (LeaseWatch.runtime_landed), which may have landed after the last
-        checkpoint's."""
-        if landed is not None:
-            self._runtime_written = landed
-        runtime = self._runtime()
-        if runtime == self._runtime_written:
-            return None
-        self._runtime_written = runtime
-        return runtime
-
-    def _runtime(self) -> dict[str, Any]:
+    def runtime(self) -> dict[str, Any]:
+        """The figures subscription_status shows, written with each checkpoint and, while no
+        checkpoint moves (idle, or a message stuck in flight), by the renewals."""
         machine = self._machine
         return {
             "consumers": machine.consumers,
@@ -142,6 +132,6 @@ class TermWrites:
             "in_flight_by_consumer": {str(k): v for k, v in machine.in_flight_by_consumer.items()},
             "retry_queue": machine.retry_queue_length,
             "buffered": machine.buffered_count,
-            "draining_keys": sorted(machine.draining_keys)[:100],
+            "draining_keys": heapq.nsmallest(100, machine.draining_keys),
             "destination_unavailable": machine.destination_problem,
         }
