@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from bench.common import Measurement
-from bench.spark_bench import jdbc_location, jdbc_options
+from bench.spark_bench import jdbc_frame, jdbc_location
 from outbox.archive.layout import ArchiveDefaults
 from outbox.names import DATABASE_URL_VARIABLE
 from poller.daemon.options import DaemonOptions
@@ -139,25 +139,8 @@ def insert_messages(database_url: str, rows: int, partition_size: int) -> None:
 def write_with_jdbc(
     spark: "SparkSession", jdbc_url: str, database_url: str, lake: Path, tasks: int
 ) -> None:
-    with psycopg.connect(database_url) as conn:
-        bounds = conn.execute(
-            "SELECT min(position), max(position) FROM outbox.messages WHERE publication_id = %s",
-            [PUBLICATION],
-        ).fetchone()
-    assert bounds is not None
-    (
-        spark.read.format("jdbc")
-        .options(**jdbc_options(jdbc_url, database_url))
-        .option("dbtable", JDBC_TABLE.as_string(None))
-        .option("partitionColumn", "position")
-        .option("lowerBound", str(bounds[0]))
-        .option("upperBound", str(bounds[1] + 1))
-        .option("numPartitions", str(tasks))
-        .option("fetchsize", "10000")
-        .load()
-        .write.mode("overwrite")
-        .parquet(str(lake / "jdbc"))
-    )
+    frame = jdbc_frame(spark, jdbc_url, database_url, JDBC_TABLE, PUBLICATION, tasks)
+    frame.write.mode("overwrite").parquet(str(lake / "jdbc"))
 
 
 def archive_anew(spark: "SparkSession", database_url: str, lake: Path) -> None:

@@ -34,7 +34,7 @@ from outbox.positions import START, Position
 from poller.daemon.options import DaemonOptions
 
 if TYPE_CHECKING:  # pyspark is imported only when this benchmark runs
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.readwriter import DataStreamReader
 
 TITLE = "Spark: reading a publication into a noop sink (local[2], standalone cluster)"
@@ -302,27 +302,38 @@ def jdbc_options(jdbc_url: str, database_url: str) -> dict[str, str]:
     }
 
 
-def read_with_jdbc(spark: "SparkSession", jdbc_url: str, database_url: str) -> None:
+def jdbc_frame(
+    spark: "SparkSession",
+    jdbc_url: str,
+    database_url: str,
+    table: sql.Composable,
+    publication: str,
+    partitions: int,
+) -> "DataFrame":
+    """Spark's JDBC read of `table` (a publication's rows), split by position into
+    `partitions` as a user would: the baseline of the source and of the archive job."""
     with psycopg.connect(database_url) as conn:
         bounds = conn.execute(
             "SELECT min(position), max(position) FROM outbox.messages WHERE publication_id = %s",
-            [PUBLICATION],
+            [publication],
         ).fetchone()
     assert bounds is not None
-    (
+    return (
         spark.read.format("jdbc")
         .options(**jdbc_options(jdbc_url, database_url))
-        .option("dbtable", JDBC_TABLE.as_string(None))
+        .option("dbtable", table.as_string(None))
         .option("partitionColumn", "position")
         .option("lowerBound", str(bounds[0]))
         .option("upperBound", str(bounds[1] + 1))
-        .option("numPartitions", str(PARTITIONS))
+        .option("numPartitions", str(partitions))
         .option("fetchsize", "10000")
         .load()
-        .write.format("noop")
-        .mode("overwrite")
-        .save()
     )
+
+
+def read_with_jdbc(spark: "SparkSession", jdbc_url: str, database_url: str) -> None:
+    frame = jdbc_frame(spark, jdbc_url, database_url, JDBC_TABLE, PUBLICATION, PARTITIONS)
+    frame.write.format("noop").mode("overwrite").save()
 
 
 def read_with_source(spark: "SparkSession", options: dict[str, str]) -> float:

@@ -38,17 +38,25 @@ class LineReader:
 
 
 def start_plain_tail(url: str, *arguments: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "outbox_cli", "tail", "--plain", *arguments],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=outbox_environment(
-            url, OUTBOX_CHECKPOINT_INTERVAL="2", OUTBOX_CHECKPOINT_TIMEOUT_SECS="3600"
-        ),
-        cwd=PROJECT_ROOT,
-    )
+    """The tail as a terminal starts it. A suite started in the background inherits SIGINT
+    ignored (a shell without job control ignores it for `&` commands) and would pass that on:
+    a tail deaf to Ctrl-C, as any program started that way is. A handler in this process is
+    reset to the default in the child instead."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "outbox_cli", "tail", "--plain", *arguments],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=outbox_environment(
+                url, OUTBOX_CHECKPOINT_INTERVAL="2", OUTBOX_CHECKPOINT_TIMEOUT_SECS="3600"
+            ),
+            cwd=PROJECT_ROOT,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def append(url: str, message_type: str, key: str, data: dict[str, object]) -> tuple[int, int]:
