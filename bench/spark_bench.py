@@ -30,6 +30,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from bench.common import Measurement
+from outbox.names import DATABASE_URL_VARIABLE
 from outbox.positions import START, Position
 from poller.daemon.options import DaemonOptions
 
@@ -41,8 +42,11 @@ TITLE = "Spark: reading a publication into a noop sink (local[2], standalone clu
 DEBIAN_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 JDBC_JAR_VARIABLE = "OUTBOX_BENCH_JDBC_JAR"
 PUBLICATION = "spark-bench"
-# The source takes the URL (with its password) from the environment of each executor.
-URL_ENVIRONMENT_VARIABLE = "OUTBOX_BENCH_SPARK_URL"
+# The source takes the URL (with its password) from the environment of each executor: the
+# variable the archive bench sets too, with the same URL. Spark's JVM, started by the first
+# bench of a run, gives its Python workers the environment it started with, so a variable
+# only a later bench set never reached them (`make bench` failed in the Spark bench).
+URL_ENVIRONMENT_VARIABLE = DATABASE_URL_VARIABLE
 JDBC_VARIANT = "(a) Spark JDBC batch read"
 FLOOR_VARIANT = "(f) a one-row Python streaming source, whole query"
 BATCH_VARIANT = "(g) outbox source, batch read, whole query"
