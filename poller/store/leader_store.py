@@ -15,44 +15,29 @@ transaction block on them. The term (poller.daemon.term.leadership_term) only co
 import datetime
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 
 from outbox.positions import MAX_PART, START, Position
 from outbox.queries import QUERIES
-from outbox.read_servers import ReadProof, ServerState, proof_parameters
-from outbox.shards import message_shard
+from outbox.read_servers import ReadProof, ServerState
 from outbox.storable_text import storable_text
-from poller.membership import ONLY_SHARD, PLAIN_LAYOUT, Layout, ShardUnit
+from poller.membership import ONLY_SHARD, PLAIN_LAYOUT, Layout
 from poller.message import Message
 from poller.store import shard_reads
-from poller.store.archived_reads import ArchivedReads, Keep, read_through_archive
+from poller.store.archived_reads import ArchivedReads, read_through_archive
 from poller.store.message_reads import message_from_row
-from poller.store.read_server_check import refuse_unproven, server_state_async
+from poller.store.read_server_check import server_state_async
 from poller.store.records import (
     Lease,
     ReplayRequest,
     SkipRequest,
     SubscriptionRecord,
 )
-from poller.store.retired_positions import read_leader_batch_async
+from poller.store.row_places import LeaderConnections, ShardReader, row_place
 
 Connection = psycopg.AsyncConnection[Any]
-
-
-class ShardReader(Protocol):
-    """The read a process shares among the shards it leads
-    (poller/daemon/process/shared_reads.py)."""
-
-    async def read(
-        self,
-        publication: str,
-        unit: ShardUnit,
-        after: Position,
-        limit: int,
-        proof: ReadProof | None,
-    ) -> shard_reads.ShardRead: ...
 
 
 async def try_acquire(conn: Connection, lease: Lease) -> float | None:
@@ -92,25 +77,31 @@ class LeaderStore:
         what every read on `read_conn` proves of its server (None: it is the database)."""
         self._conn = conn
         self._read_conn = read_conn
-        self._proof = proof
-        self._shard_reader = shard_reader
         self._open_alone = open_alone
         self.lease = lease
         self._subscription = lease.subscription_id
-        # Whether the shard's checkpoint is in a shard row, as the term's layout said, until a
-        # write finds it moved (see write_checkpoint); reads follow it. Whatever this says,
-        # the database holds the reads and checkpoints of a draining count at the change's
-        # barrier (layout_read_bound in sql/fragments.sql).
-        self._sharded = not layout.plain
-        # A shard's last read: the publication's last message safe to read then (see
-        # shard_reads.ShardBatch); None for a plain subscription, whose reads see them all.
-        self.last_safe: Position | None = None
-        self._oldest_hidden: int | None = None  # a shard's, read with its last read
-        # The last read stopped at its row limit before the frontier: read again at once.
-        self.more_to_read = False
+        # Where the shard's checkpoint is (a shard row, or the subscription's), as the term's
+        # layout said, until a write finds it moved (see write_checkpoint); reads follow it.
+        # Wherever it is, the database holds the reads and checkpoints of a draining count at
+        # the change's barrier (layout_read_bound in sql/fragments.sql).
+        self._rows = row_place(
+            LeaderConnections(conn, read_conn, lease, proof, shard_reader),
+            sharded=not layout.plain,
+        )
         # Reads below the retired-up-to mark go through the publication's archive.
         self._archived: ArchivedReads | None = None
         self._archive_passed: tuple[Position, Position] | None = None
+
+    @property
+    def last_safe(self) -> Position | None:
+        """A shard's last read: the publication's last message safe to read then; None for a
+        plain subscription, whose reads see them all."""
+        return self._rows.last_safe
+
+    @property
+    def more_to_read(self) -> bool:
+        """The last read stopped at its row limit before the frontier: read again at once."""
+        return self._rows.more_to_read
 
     # Reads, on the read connection --------------------------------------------------------
 
@@ -126,9 +117,9 @@ class LeaderStore:
             # this shard: the next starts there.
             after = self._archive_passed[1]
         if self._archived is None:
-            self._archived = ArchivedReads(publication, self._shard_keeps(), self._read_bound)
+            self._archived = ArchivedReads(publication, self._rows.keep(), self._read_bound)
         messages, reached = await read_through_archive(
-            lambda at, rows: self._read_table(publication, at, rows),
+            lambda at, rows: self._rows.read_table(publication, at, rows),
             self._archived,
             self._read_conn,
             after,
@@ -137,12 +128,6 @@ class LeaderStore:
         last = messages[-1].at if messages else after
         self._archive_passed = (last, reached) if reached > last else None
         return messages
-
-    def _shard_keeps(self) -> Keep | None:
-        if not self._sharded:
-            return None
-        unit = self.lease.unit
-        return lambda key, position: message_shard(key, position, unit.shard_count) == unit.shard
 
     async def _read_bound(self) -> Position | None:
         """How far this term's count may read now, as the database says (a draining count's
@@ -158,41 +143,11 @@ class LeaderStore:
         bound = Position(int(row[0]), int(row[1]))
         return None if bound == Position(MAX_PART, MAX_PART) else bound
 
-    async def _read_table(self, publication: str, after: Position, limit: int) -> list[Message]:
-        """RetiredPositionError when retention retired messages after `after`."""
-        if not self._sharded:
-            return await read_leader_batch_async(
-                self._read_conn, self._subscription, publication, after, limit, self._proof
-            )
-        if self._shard_reader is None:
-            raise RuntimeError("a sharded layout's store is built with a shard reader")
-        read = await self._shard_reader.read(
-            publication, self.lease.unit, after, limit, self._proof
-        )
-        self.last_safe = read.last_safe
-        self._oldest_hidden = read.oldest_hidden
-        self.more_to_read = read.more
-        return read.messages
-
     async def oldest_hidden_transaction(self, publication: str, after: Position) -> int | None:
         """The oldest committed transaction after `after` that the safe frontier still hides.
         A shard's read brought it along (its poll is one round trip, not two: each shard of N
         polls as often as one reader of all its messages would)."""
-        if self._sharded:
-            return self._oldest_hidden
-        cursor = await self._read_conn.execute(
-            QUERIES["oldest_hidden_transaction"],
-            {
-                "publication": publication,
-                **after.query_parameters("after_"),
-                **proof_parameters(self._proof),
-            },
-        )
-        row = await cursor.fetchone()
-        assert row is not None  # the proof's one row, with an aggregate beside it
-        await refuse_unproven(self._read_conn, self._proof, row[0])
-        oldest_hidden: int | None = row[1]
-        return oldest_hidden
+        return await self._rows.oldest_hidden_transaction(publication, after)
 
     async def blockers_before(self, transaction_id: int) -> list[tuple[Any, ...]]:
         """Sessions and prepared transactions holding back rows at or after transaction_id,
@@ -215,15 +170,7 @@ class LeaderStore:
 
     async def replay_requests(self) -> list[ReplayRequest]:
         """The parked messages (of this shard) an operator asked to deliver again."""
-        if self._sharded:
-            rows = await shard_reads.shard_parked_rows(
-                self._conn, self._subscription, self.lease.unit
-            )
-        else:
-            cursor = await self._conn.execute(
-                QUERIES["read_parked_messages"], {"subscription": self._subscription}
-            )
-            rows = await cursor.fetchall()
+        rows = await self._rows.parked_rows()
         return [ReplayRequest(message_from_row(row[:-2]), *row[-2:]) for row in rows]
 
     # A change of the shard count ----------------------------------------------------------
@@ -263,21 +210,17 @@ class LeaderStore:
             **position.query_parameters(),
             "runtime": json.dumps(runtime),
         }
-        if await self._write_checkpoint(parameters, sharded=self._sharded):
+        if await self._rows.write_checkpoint(parameters):
             return True
         if self.lease.unit != ONLY_SHARD:
             return False
-        if not await self._write_checkpoint(parameters, sharded=not self._sharded):
+        # The other place starts as a term that has read nothing there: no last read's
+        # frontier, hidden transaction or row limit carries over.
+        across = self._rows.across()
+        if not await across.write_checkpoint(parameters):
             return False
-        self._sharded = not self._sharded
-        self.last_safe, self._oldest_hidden, self.more_to_read = None, None, False
+        self._rows = across
         return True
-
-    async def _write_checkpoint(self, parameters: dict[str, Any], *, sharded: bool) -> bool:
-        if sharded:
-            return await shard_reads.write_shard_checkpoint(self._conn, parameters)
-        cursor = await self._conn.execute(QUERIES["write_checkpoint"], parameters)
-        return await cursor.fetchone() is not None
 
     async def park(self, epoch: int, message: Message, attempts: int, reason: str) -> int | None:
         """The row's attempts in all (a re-read message's add to the earlier ones), or None
