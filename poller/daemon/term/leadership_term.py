@@ -7,24 +7,24 @@ lease brings (the process's renewer renews it: lease_watch.py). Deliver commands
 go to the consumers' queues at once (consumers.py); every command that writes
 (park, unpark, checkpoint) goes through one queue and one task, so writes happen in the order
 the machine emitted them. The term ends when the process stops (graceful: in-flight handlers
-finish, the final checkpoint is written), or when the lease or the connection is lost
-(abrupt: nothing more is written; the next leader resumes from the stored checkpoint). A
-lease not confirmed in time does not end it: it starts nothing until a renewal finds the lease
-still its own, then goes on.
+finish, the final checkpoint is written: graceful_end.py), or when the lease or the
+connection is lost (abrupt: nothing more is written; the next leader resumes from the stored
+checkpoint). A lease not confirmed in time does not end it: it starts nothing until a renewal
+finds the lease still its own, then goes on.
 """
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
 
 from outbox.positions import readable
 from poller.daemon.delivery.consumers import Consumers
-from poller.daemon.delivery.handler_caller import HandlerCaller, payload_message
+from poller.daemon.delivery.handler_caller import HandlerCaller
 from poller.daemon.delivery.runs import Run
 from poller.daemon.options import DaemonOptions
 from poller.daemon.reporting.metrics import SubscriptionMetrics
+from poller.daemon.term.graceful_end import GracefulEnd
 from poller.daemon.term.hidden_rows import HiddenRows
 from poller.daemon.term.lease_watch import LeaseWatch
 from poller.daemon.term.notify_listener import NotifyListener
@@ -33,7 +33,6 @@ from poller.daemon.term.other_shards import OtherShards
 from poller.daemon.term.poll_interval import AdaptiveInterval
 from poller.daemon.term.term_writes import TermWrites, WriteCommand
 from poller.membership import Layout
-from poller.message import Message
 from poller.store.records import LeaseState, SubscriptionRecord, settings_from_stored
 from poller.store.term_store import TermStore
 from poller.subscription import (
@@ -66,6 +65,9 @@ def until_next_tick(now: float, every: float) -> float:
 
 
 class LeadershipTerm:
+    """Its helpers (operator_requests.py, term_writes.py, graceful_end.py) drive it through
+    its public methods, the TermControl it implements (term_control.py)."""
+
     def __init__(
         self,
         store: TermStore,
@@ -90,7 +92,6 @@ class LeadershipTerm:
         self._options = options
         self._notifications = notifications
         self._stop = stop
-        self._shutdown = shutdown
         self._settings = record.settings
         self._stored_settings = record.stored_settings
         batch = caller.batch
@@ -110,26 +111,13 @@ class LeadershipTerm:
             batch_wait=0.0 if batch is None else batch.max_batch_wait,
             message_timeout=self._settings.message_timeout,
             execute=self._execute,
-            report=self._report,
+            report=self.report,
         )
         self._requests = OperatorRequests(
-            record.subscription_id,
-            store,
-            self.machine,
-            self._consumers,
-            self._carry_out,
-            self._report,
+            record.subscription_id, store, self.machine, self._consumers, self
         )
         self._term_writes = TermWrites(
-            record.subscription_id,
-            store,
-            self.machine,
-            metrics,
-            self._requests,
-            self._carry_out,
-            self._renew,
-            self._restart,
-            self._lease.runtime_written,
+            record.subscription_id, store, self.machine, metrics, self._requests, self
         )
         # Whether this term's shard drained when it began, and whether a change of the count
         # has made it drain since (see _follow_layout).
@@ -144,8 +132,6 @@ class LeadershipTerm:
         self.restart_requested = False
         # Set when the term ends: deliveries still queued for a handler thread must not start.
         self._over = False
-        # Set when a graceful stop begins: no delivery is handed to a consumer from then on.
-        self._stopping = False
         self._end_term = asyncio.Event()
         # Set when the buffer has room for a worthwhile read (see _read_loop).
         self._room = asyncio.Event()
@@ -154,6 +140,17 @@ class LeadershipTerm:
         )
         self._others = OtherShards(notifications, record.publication)
         self._hidden = HiddenRows(store, record.subscription_id, record.publication, options)
+        self._ending = GracefulEnd(
+            record.subscription_id,
+            self,
+            store,
+            self.machine,
+            self._consumers,
+            self._writes,
+            self._term_writes,
+            options,
+            shutdown,
+        )
 
     async def run(self) -> None:
         name = self._record.subscription_id
@@ -176,7 +173,7 @@ class LeadershipTerm:
                 # A loop only ends by raising (the term is over), or the reader once a drained
                 # shard's term restarts.
                 task.result()
-            await self._finish_gracefully(reader, ticker, writer)
+            await self._ending.finish(reader, ticker, writer)
         finally:
             self._metrics.standing_by(self.machine)
             self._over = True
@@ -189,7 +186,7 @@ class LeadershipTerm:
                 ended.exception()  # the cancellation it ended with: retrieved, asyncio says nothing
             await self._consumers.close()
 
-    def _restart(self) -> None:
+    def restart(self) -> None:
         """End this term gracefully; the worker starts a new one from the stored state."""
         self.restart_requested = True
         self._end_term.set()
@@ -206,7 +203,7 @@ class LeadershipTerm:
     # Reading ------------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
-        await self._renew()  # so a pending `outbox skip` applies before the first read
+        await self.renew()  # so a pending `outbox skip` applies before the first read
         while not self._barrier_passed:
             await self._wait_for_old_shards()
         publication = self._record.publication
@@ -225,9 +222,9 @@ class LeadershipTerm:
                 continue  # a seek happened during the read: these rows belong to the old epoch
             if batch:
                 envelopes = [Envelope(m.at, m.partition_key, m) for m in batch]
-                self._carry_out(self.machine.messages_read(envelopes, epoch, time.monotonic()))
+                self.carry_out(self.machine.messages_read(envelopes, epoch, time.monotonic()))
             short = len(batch) < want
-            self._carry_out(
+            self.carry_out(
                 self._others.after_read(self._store.last_safe, self.machine, short=short)
             )
             # A shared read cut by its row limit before the frontier: more may follow at once.
@@ -238,7 +235,7 @@ class LeadershipTerm:
                     self._record.subscription_id,
                     self._unit,
                 )
-                self._restart()
+                self.restart()
                 return  # the term ends gracefully, with nothing to hand back
             # Only an empty read asks whether rows wait behind the frontier: one that found
             # messages reads again soon whatever the answer, and the question cost a round
@@ -260,13 +257,13 @@ class LeadershipTerm:
 
     # Delivering ---------------------------------------------------------------------------
 
-    def _carry_out(self, commands: list[Command]) -> None:
+    def carry_out(self, commands: list[Command]) -> None:
         for command in commands:
             if isinstance(command, Deliver):
                 # Stopping: a retry falling due now would start after the wait for idle
                 # handlers, and run on past the final checkpoint and the lease's release.
                 # Left unstarted, it stays after the checkpoint for the next leader.
-                if not self._stopping:
+                if not self._ending.begun:
                     self._consumers.push(command)
             else:
                 self._writes.put_nowait(command)
@@ -289,12 +286,12 @@ class LeadershipTerm:
             return False  # the lease may be gone: another process may run this key
         return command.replayed or command.epoch == self.machine.epoch
 
-    def _report(self, outcomes: list[Outcome]) -> None:
+    def report(self, outcomes: list[Outcome]) -> None:
         """A run ended: its outcomes, and what it and its queue hand back unstarted."""
-        self._carry_out(self.machine.finished(outcomes, time.monotonic()))
+        self.carry_out(self.machine.finished(outcomes, time.monotonic()))
         self._wake_reader_if_room()
 
-    def _watch_runs(self, now: float) -> None:
+    def watch_runs(self, now: float) -> None:
         """Tell the machine what running runs have finished so far (first: each outcome is
         judged by when its call returned, before any deadline fires), which handler calls
         started since the last tick (message_timeout runs from then, not from the Deliver:
@@ -302,12 +299,12 @@ class LeadershipTerm:
         behind a call the machine failed at its deadline."""
         outcomes, starts = self._consumers.watch()
         if outcomes:
-            self._report(outcomes)
+            self.report(outcomes)
         if starts:
-            self._carry_out(self.machine.started(starts, now))
-        self._carry_out(self.machine.tick(now))
+            self.carry_out(self.machine.started(starts, now))
+        self.carry_out(self.machine.tick(now))
         if withdrawn := self._consumers.cut_overruns(self.machine.overran):
-            self._report(withdrawn)
+            self.report(withdrawn)
 
     # Writing ------------------------------------------------------------------------------
 
@@ -323,7 +320,7 @@ class LeadershipTerm:
         tick = self._options.tick_every
         while True:
             await asyncio.sleep(until_next_tick(asyncio.get_running_loop().time(), tick))
-            self._watch_runs(time.monotonic())
+            self.watch_runs(time.monotonic())
             # Room also appears without any handler outcome (a seek drops the buffer).
             self._wake_reader_if_room()
             self._say_lapses(time.monotonic())
@@ -355,9 +352,13 @@ class LeadershipTerm:
                     self._record.subscription_id,
                 )
 
-    async def _renew(self) -> None:
+    async def renew(self) -> None:
         """A renewal now (asked of the process's renewer), and what it brings applied."""
         await self._follow(await self._lease.renewed())
+
+    def runtime_written(self, runtime: dict[str, Any]) -> None:
+        """A checkpoint wrote these runtime figures (the lease's renewals need not)."""
+        self._lease.runtime_written(runtime)
 
     async def _follow(self, state: LeaseState) -> None:
         """Apply what a renewal found: a seek, new settings, a change of the shard layout,
@@ -371,7 +372,7 @@ class LeadershipTerm:
                 readable(state.checkpoint),
                 extra={"position": str(state.checkpoint), "epoch": state.epoch},
             )
-            self._carry_out(self.machine.seek(state.checkpoint, state.epoch, now))
+            self.carry_out(self.machine.seek(state.checkpoint, state.epoch, now))
         if state.settings != self._stored_settings:
             self._apply_settings(state.settings, now)
         if self._follow_layout(state.layout):
@@ -379,7 +380,11 @@ class LeadershipTerm:
         # A draining shard replays nothing (the new shards own every parked message), nor
         # does a new one before the old ones are done: the request waits for it.
         # Nor does a stopping term: it delivers nothing more, and the request would be gone.
-        if self._barrier_passed and not state.layout.draining(self._unit) and not self._stopping:
+        if (
+            self._barrier_passed
+            and not state.layout.draining(self._unit)
+            and not self._ending.begun
+        ):
             await self._requests.replay_if_requested(state)
         await self._requests.skip_if_requested(state)
 
@@ -411,7 +416,7 @@ class LeadershipTerm:
             return False
         log.info("subscription %s: shards changed, restarting", self._record.subscription_id)
         self._term_writes.layout_changed()
-        self._restart()
+        self.restart()
         return True
 
     def _all_finished(self) -> bool:
@@ -439,98 +444,8 @@ class LeadershipTerm:
         only_consumers = changed.to_mapping() | {"consumers": self._settings.consumers}
         if only_consumers != self._settings.to_mapping():
             log.info("subscription %s: settings changed, restarting", self._record.subscription_id)
-            self._restart()
+            self.restart()
             return
         log.info("subscription %s: %s consumers", self._record.subscription_id, changed.consumers)
         self._stored_settings, self._settings = stored, changed
-        self._carry_out(self.machine.consumer_count_changed(changed.consumers, now))
-
-    # Stopping -----------------------------------------------------------------------------
-
-    async def _finish_gracefully(
-        self, reader: asyncio.Task[None], ticker: asyncio.Task[None], writer: asyncio.Task[None]
-    ) -> None:
-        """Stop reading, hand back what has not started, let the calls in flight return, write
-        the final checkpoint and release the lease (kept when calls still run: see
-        _wait_for_calls)."""
-        self._stopping = True
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
-        # Only calls already running are waited for: the rest is after the final checkpoint,
-        # for the next term, and a slow handler's queue would otherwise hold the stop for a
-        # call per message.
-        if unstarted := self._consumers.take_out(lambda _: True):
-            self._report(unstarted)
-        returned = await self._wait_for_calls(ticker)
-        ticker.cancel()
-        writes_done = asyncio.ensure_future(self._writes.join())
-        try:
-            await asyncio.wait({writes_done, writer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            writes_done.cancel()  # the writer may have ended first (by raising)
-        if writer.done():
-            writer.result()
-        final = self.machine.final_checkpoint()
-        if final is not None:
-            await self._term_writes.write_checkpoint(final.position, final.epoch)
-        if returned:
-            await self._store.release()
-        log.info(
-            "stopped %s at %s", self._record.subscription_id, readable(self.machine.checkpoint)
-        )
-
-    async def _wait_for_calls(self, ticker: asyncio.Task[None]) -> bool:
-        """Wait for the handler calls in flight; False when some still run at the end.
-
-        While the process runs on (its shard moves to another process, or the term restarts
-        for new settings or a new shard count) they take as long as they take: this process
-        keeps the lease, renewed by the ticker, so no other term starts their keys beside
-        them, and only losing the lease (the ticker raises LeadershipLost: this process fences
-        itself) ends the wait early. Once the process stops they get --shutdown-timeout; a
-        call still running then cannot be stopped, so the lease is not released but left to
-        expire, after the process has exited (a successor that takes it over waits out what
-        it had left, see self_fence.py)."""
-        idle = asyncio.ensure_future(self._consumers.wait_idle())
-        shutdown = asyncio.ensure_future(self._shutdown.wait())
-        try:
-            while not idle.done() and not shutdown.done():
-                done, _ = await asyncio.wait(
-                    {idle, shutdown, ticker},
-                    timeout=self._options.shutdown_timeout,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if ticker in done:
-                    ticker.result()  # it only ends by raising: the lease is lost
-                if not done:
-                    log.warning(
-                        "%s: waiting for handler calls to return before the term ends"
-                        " (the lease stays with this process meanwhile): %s",
-                        self._record.subscription_id,
-                        ", ".join(map(repr, self._calls_in_flight())),
-                    )
-            if not idle.done():
-                await asyncio.wait(
-                    {idle, ticker},
-                    timeout=self._options.shutdown_timeout,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if ticker.done():
-                    ticker.result()
-        finally:
-            idle.cancel()
-            shutdown.cancel()
-        if idle.done():
-            return True
-        self._watch_runs(time.monotonic())  # what the stuck runs finished before
-        log.error(
-            "subscription %s: handlers still running after %g s, stopping without them (the"
-            " lease is left to expire): %s",
-            self._record.subscription_id,
-            self._options.shutdown_timeout,
-            ", ".join(map(repr, self._calls_in_flight())) or "none in flight (queued for a thread)",
-        )
-        return False
-
-    def _calls_in_flight(self) -> list[Message]:
-        return [payload_message(c.envelope) for c in self._consumers.delivering()]
+        self.carry_out(self.machine.consumer_count_changed(changed.consumers, now))

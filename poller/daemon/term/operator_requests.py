@@ -8,13 +8,13 @@ leader."""
 import datetime
 import logging
 import time
-from collections.abc import Callable
 
 from outbox.positions import Position, readable
 from poller.daemon.delivery.consumers import Consumers
+from poller.daemon.term.term_control import TermControl
 from poller.store.records import LeaseState, ReplayRequest, SkipRequest
 from poller.store.term_store import TermStore
-from poller.subscription import Command, Deliver, Envelope, Outcome, SubscriptionMachine
+from poller.subscription import Deliver, Envelope, SubscriptionMachine
 
 log = logging.getLogger(__name__)
 
@@ -26,15 +26,13 @@ class OperatorRequests:
         store: TermStore,
         machine: SubscriptionMachine,
         consumers: Consumers,
-        carry_out: Callable[[list[Command]], None],
-        report: Callable[[list[Outcome]], None],
+        term: TermControl,
     ) -> None:
         self._subscription_id = subscription_id
         self._store = store
         self._machine = machine
         self._consumers = consumers
-        self._carry_out = carry_out
-        self._report = report
+        self._term = term
         # The request count the marked rows were last read at; None: not yet in this term,
         # whose first renewal reads them (replays asked while no daemon led, or left
         # unfinished by the last term).
@@ -73,7 +71,7 @@ class OperatorRequests:
             return
         envelopes = [Envelope(m.at, m.partition_key, m) for m in fresh]
         log.info("subscription %s: replay of %d parked", self._subscription_id, len(fresh))
-        self._carry_out(self._machine.replay(envelopes, time.monotonic()))
+        self._term.carry_out(self._machine.replay(envelopes, time.monotonic()))
 
     async def skip_if_requested(self, state: LeaseState) -> None:
         """Apply a skip request of this epoch (once per term), and clear it once the stored
@@ -90,7 +88,7 @@ class OperatorRequests:
                 readable(request.to),
                 extra={"position": str(request.to)},
             )
-            self._carry_out(self._machine.admin_skip_to(request.to, time.monotonic()))
+            self._term.carry_out(self._machine.admin_skip_to(request.to, time.monotonic()))
             self._withdraw_skipped(request.to)
         if request.epoch < state.epoch or state.checkpoint >= request.to:
             await self._store.settle_skip_request(request)
@@ -109,4 +107,4 @@ class OperatorRequests:
             )
 
         if outcomes := self._consumers.take_out(skipped):
-            self._report(outcomes)
+            self._term.report(outcomes)

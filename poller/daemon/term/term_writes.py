@@ -6,7 +6,6 @@ when the lease is lost, applies a seek, or ends the term when the shard layout c
 import heapq
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from outbox.positions import Position, readable
@@ -14,8 +13,9 @@ from outbox.storable_text import storable_text
 from poller.daemon.delivery.handler_caller import payload_message
 from poller.daemon.reporting.metrics import SubscriptionMetrics
 from poller.daemon.term.operator_requests import OperatorRequests
+from poller.daemon.term.term_control import TermControl
 from poller.store.term_store import TermStore
-from poller.subscription import Command, Park, ReplayDone, SubscriptionMachine, WriteCheckpoint
+from poller.subscription import Park, ReplayDone, SubscriptionMachine, WriteCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -30,20 +30,14 @@ class TermWrites:
         machine: SubscriptionMachine,
         metrics: SubscriptionMetrics,
         requests: OperatorRequests,
-        carry_out: Callable[[list[Command]], None],
-        renew: Callable[[], Awaitable[None]],
-        restart: Callable[[], None],
-        runtime_written: Callable[[dict[str, Any]], None],
+        term: TermControl,
     ) -> None:
         self._subscription_id = subscription_id
         self._store = store
         self._machine = machine
         self._metrics = metrics
         self._requests = requests
-        self._carry_out = carry_out
-        self._renew = renew
-        self._restart = restart
-        self._runtime_written = runtime_written
+        self._term = term
         self._layout_changed = False  # see layout_changed
 
     async def write(self, command: WriteCommand) -> None:
@@ -58,7 +52,7 @@ class TermWrites:
             if request is None:
                 return  # every replay's row is recorded when it is read; nothing to delete
             if not await self._store.unpark(command.position, request.parked_at):
-                await self._renew()  # fenced out: raises; else purged or parked anew meanwhile
+                await self._term.renew()  # fenced out: raises; else purged or parked anew meanwhile
 
     async def _park(self, command: Park) -> None:
         message = payload_message(command.envelope)
@@ -72,7 +66,7 @@ class TermWrites:
                 command.epoch, message, command.attempts, command.reason
             )
         if attempts is None:
-            await self._renew()  # fenced out: raises
+            await self._term.renew()  # fenced out: raises
             if command.replayed:
                 # Its row was purged while it was replayed: the operator dropped it for good.
                 log.info(
@@ -81,7 +75,9 @@ class TermWrites:
                     message,
                     extra={"position": str(message.at), "message_id": message.message_id},
                 )
-                self._carry_out(self._machine.parked(message.at, command.epoch, time.monotonic()))
+                self._term.carry_out(
+                    self._machine.parked(message.at, command.epoch, time.monotonic())
+                )
             # else a seek ended that epoch: dropped
             return
         self._metrics.parked()
@@ -93,20 +89,22 @@ class TermWrites:
             storable_text(command.reason),
             extra={"position": str(message.at), "message_id": message.message_id},
         )
-        self._carry_out(self._machine.parked(message.at, command.epoch, time.monotonic()))
+        self._term.carry_out(self._machine.parked(message.at, command.epoch, time.monotonic()))
 
     async def write_checkpoint(self, position: Position, epoch: int) -> bool:
         """False when refused (the term renewed, and restarts if it still leads this epoch)."""
         runtime = self.runtime()
         if await self._store.write_checkpoint(epoch, position, runtime):
-            self._runtime_written(runtime)
-            self._carry_out(self._machine.checkpoint_written(position, epoch, time.monotonic()))
+            self._term.runtime_written(runtime)
+            self._term.carry_out(
+                self._machine.checkpoint_written(position, epoch, time.monotonic())
+            )
             return True
         # Fenced out, the epoch moved under us (a seek), or the shard layout changed: a
         # renewal tells which, and raises, applies the seek (whose own checkpoint write then
         # follows) or ends the term.
         self._layout_changed = False
-        await self._renew()
+        await self._term.renew()
         if not self._layout_changed and epoch == self._machine.epoch:
             log.error(
                 "subscription %s: checkpoint %s refused although this process leads epoch"
@@ -115,7 +113,7 @@ class TermWrites:
                 readable(position),
                 epoch,
             )
-            self._restart()
+            self._term.restart()
         return False
 
     def layout_changed(self) -> None:

@@ -72,7 +72,7 @@ async def test_a_graceful_stop_waits_for_a_call_in_flight_only_while_it_runs() -
         term.stop.set()
         term.shutdown.set()
         # Private, but nothing else tells that the stop reached its wait for the call.
-        await until(lambda: term.term._stopping, "the stop began")
+        await until(lambda: term.term._ending.begun, "the stop began")
         began = time.monotonic()
         go_on.set()
         await term.ended()
