@@ -8,13 +8,8 @@ from pydantic import SecretStr
 from outbox_cli.context import CommandContext
 from outbox_cli.database_options import given_read_database_url, read_database_url_option
 from outbox_cli.errors import CommandUsageError
+from outbox_console.defaults import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SAMPLE_INTERVAL
 from poller.operations import quoted
-
-# Written here rather than imported from outbox_console, so `outbox --help` works without the
-# console extra; tests/unit/test_console_units.py keeps them equal to outbox_console.config's.
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8400
-DEFAULT_SAMPLE_INTERVAL = 5.0
 
 
 def _root_path(_context: click.Context, _parameter: click.Parameter, value: str) -> str:

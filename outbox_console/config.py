@@ -3,13 +3,9 @@
 import dataclasses
 from dataclasses import dataclass, field
 
+from outbox_console.defaults import DEFAULT_SAMPLE_INTERVAL, HISTORY_SECONDS
 from outbox_console.hosts import LOOPBACK_NAMES
 from outbox_console.tokens import Token
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8400
-DEFAULT_SAMPLE_INTERVAL = 5.0
-HISTORY_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)

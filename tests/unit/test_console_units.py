@@ -1,13 +1,11 @@
-"""The console's pure parts: tokens, sessions and CSRF tokens, charts, the history, and the
-command line's defaults (written twice so `outbox --help` needs no console extra)."""
+"""The console's pure parts: tokens, sessions and CSRF tokens, charts and the history."""
 
 from pathlib import Path
 
 import pytest
 
 from outbox.positions import Position
-from outbox_cli import console_command
-from outbox_console import action_pages, config
+from outbox_console import action_pages
 from outbox_console.charts import HEIGHT, WIDTH, line_chart
 from outbox_console.confirmations import Confirmations
 from outbox_console.history import History, Point, ShardPlace, passed_between
@@ -143,12 +141,6 @@ def test_only_checkpoints_that_moved_forward_count_as_delivered() -> None:
 )
 def test_a_chart_says_the_span_it_shows(seconds: float, text: str) -> None:
     assert span_text(seconds) == text
-
-
-def test_the_command_line_defaults_are_the_consoles() -> None:
-    assert console_command.DEFAULT_HOST == config.DEFAULT_HOST == "127.0.0.1"
-    assert console_command.DEFAULT_PORT == config.DEFAULT_PORT
-    assert console_command.DEFAULT_SAMPLE_INTERVAL == config.DEFAULT_SAMPLE_INTERVAL
 
 
 @pytest.mark.parametrize(
