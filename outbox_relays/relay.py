@@ -30,9 +30,6 @@ from poller.outcomes import DestinationUnavailable, ParkMessage
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = 500
-"""Messages per publish: one read's worth (the subscription's read_batch_size default)."""
-
 START_CHECK_SECONDS = 15.0
 """How long the check at start may hold the relay's start (a broker that does not answer)."""
 
@@ -52,7 +49,8 @@ class Relay:
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Task[None]] = set()
         self._spans = publish_spans(target)
-        batch_handler(max_batch_size=DEFAULT_BATCH_SIZE)(self)
+        # Messages per publish: a batch handler's default, one read's worth.
+        batch_handler()(self)
 
     async def __call__(self, messages: list[Message]) -> BatchOutcomes:
         if self._spans is None:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 from outbox.positions import Position
 from poller.message import Message
 from poller.printable import error_text, safe_repr
+from poller.subscription.settings import READ_BATCH_SIZE
 
 BatchOutcomes = Mapping[Position, BaseException]
 """What a batch handler may return for the messages that did not succeed, by position."""
@@ -56,8 +57,11 @@ class BatchOptions:
             )
 
 
-def batch_handler(*, max_batch_size: int = 500, max_batch_wait: float = 0.0) -> Callable[[F], F]:
-    """Mark a function (plain or async) that takes a list of messages as a batch handler."""
+def batch_handler(
+    *, max_batch_size: int = READ_BATCH_SIZE, max_batch_wait: float = 0.0
+) -> Callable[[F], F]:
+    """Mark a function (plain or async) that takes a list of messages as a batch handler; its
+    batches are one read's worth by default."""
     options = BatchOptions(max_batch_size, max_batch_wait)
 
     def mark(function: F) -> F:

@@ -17,12 +17,13 @@ from poller.catch_up.reads import Reads
 from poller.catch_up.signals import CaughtUp, Checkpoint
 from poller.catch_up.wake_ups import WakeUps
 from poller.message import Message
+from poller.subscription.settings import READ_BATCH_SIZE
 
 log = logging.getLogger(__name__)
 
 # Rows per read: large enough that catching up is a few round trips per thousand messages,
-# small enough that one read's rows stay a small part of memory.
-BATCH_SIZE = 500
+# small enough that one read's rows stay a small part of memory (the daemon's default read).
+BATCH_SIZE = READ_BATCH_SIZE
 
 # Longest wait between two reads in the live phase when no NOTIFY arrives (writers that do
 # not opt into notify=True): an empty read costs about 0.06 ms in the database.

@@ -14,6 +14,11 @@ from typing import Any
 _SPEC = "setting"
 """The key of a field's metadata holding its `_Doc`."""
 
+READ_BATCH_SIZE = 500
+"""Rows read from the outbox in one query by default (the read_batch_size setting's), and what
+follows one read's worth: a batch handler's default batch, every read of a catch-up
+subscription (`poller.subscribe`)."""
+
 WEEK = 604_800
 """The longest time any setting may be, in seconds: a longer one is a typo, not a plan."""
 
@@ -153,7 +158,7 @@ class SubscriptionSettings:
     )
     retry_backoff_max: float = _seconds(10.0, "Longest wait between two attempts")
     read_batch_size: int = _setting(
-        500, "Rows read from the outbox in one query", "rows", 1, 100_000
+        READ_BATCH_SIZE, "Rows read from the outbox in one query", "rows", 1, 100_000
     )
     buffer_size: int = _setting(
         1000, "Read messages held before reading pauses", "messages", 1, 1_000_000
