@@ -1,7 +1,8 @@
 """Writer limits, read from the environment once (OUTBOX_* variables).
 
-Read with the standard library: an application that only appends installs psycopg and
-nothing else (the daemon's and the CLI's settings use pydantic-settings, from their extras).
+Read with the standard library, the one place settings are not read with pydantic-settings
+(poller/environment.py): an application that only appends installs psycopg and nothing else,
+and pydantic-settings comes with the daemon's extra.
 """
 
 import os
@@ -9,8 +10,9 @@ from dataclasses import dataclass
 from functools import cache
 
 from outbox.errors import WriterSettingsError
+from outbox.names import environment_variable
 
-MAX_PAYLOAD_BYTES_VARIABLE = "OUTBOX_MAX_PAYLOAD_BYTES"
+MAX_PAYLOAD_BYTES_VARIABLE = environment_variable("max_payload_bytes")
 
 
 @dataclass(frozen=True)

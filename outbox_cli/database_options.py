@@ -12,11 +12,11 @@ from typing import Any
 
 import click
 
-from outbox.names import DATABASE_URL_VARIABLE
+from outbox.names import DATABASE_URL_VARIABLE, environment_variable
 from outbox_cli.context import CommandContext, DatabaseNotGivenError
 from poller.daemon.options import DaemonOptions
 
-READ_DATABASE_URL_VARIABLE = "OUTBOX_READ_DATABASE_URL"
+READ_DATABASE_URL_VARIABLE = environment_variable("read_database_url")
 
 DATABASE_URL_HELP = (
     f"The PostgreSQL URL; overrides {DATABASE_URL_VARIABLE}. Any other user of this host can"

@@ -5,6 +5,7 @@ import logging
 import click
 
 from outbox.database_url import PasswordMaskingFilter
+from outbox.names import environment_variable
 from outbox_cli.archive_command import archive
 from outbox_cli.console_command import console
 from outbox_cli.context import CommandContext
@@ -42,7 +43,8 @@ def cli(context: click.Context, log_level: str | None) -> None:
     level = (log_level or settings.log_level).upper()
     if level not in LOG_LEVELS:
         raise CommandUsageError(
-            f"OUTBOX_LOG_LEVEL {quoted(settings.log_level)} is not one of {', '.join(LOG_LEVELS)}"
+            f"{environment_variable('log_level')} {quoted(settings.log_level)} is not one of"
+            f" {', '.join(LOG_LEVELS)}"
         )
     handler = log_handler()
     handler.addFilter(PasswordMaskingFilter())

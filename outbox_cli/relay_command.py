@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 import outbox_relays
+from outbox.names import environment_variable
 from outbox_cli.context import CommandContext
 from outbox_cli.database_options import given_read_database_url
 from outbox_cli.errors import CommandUsageError
@@ -13,7 +14,7 @@ from outbox_cli.log_format import use_log_format
 from outbox_cli.poll_commands import daemon_command, serve
 from outbox_cli.poll_config import read_poll_config
 
-RELAY_TO_VARIABLE = "OUTBOX_RELAY_TO"
+RELAY_TO_VARIABLE = environment_variable("relay_to")
 
 
 @click.command()

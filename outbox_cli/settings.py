@@ -4,12 +4,11 @@ from functools import cache
 from pathlib import Path
 
 from pydantic import SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from poller.environment import EnvironmentSettings
 
 
-class CommandLineSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore")
-
+class CommandLineSettings(EnvironmentSettings):
     # Unset: the CLI starts an embedded PostgreSQL under data_dir and uses that.
     database_url: str | None = None
     # A hot standby to read messages from (`outbox poll`, `relay`, `status`): unset, none.

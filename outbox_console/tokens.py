@@ -17,11 +17,13 @@ import hmac
 from pathlib import Path
 from typing import NamedTuple
 
+from outbox.names import environment_variable
+
 OPERATOR = "operator"
 READER = "reader"
 ROLES = (OPERATOR, READER)
-TOKEN_VARIABLE = "OUTBOX_CONSOLE_TOKEN"
-READER_TOKEN_VARIABLE = "OUTBOX_CONSOLE_READER_TOKEN"
+TOKEN_VARIABLE = environment_variable("console_token")
+READER_TOKEN_VARIABLE = environment_variable("console_reader_token")
 UNNAMED = {OPERATOR: "token", READER: "reader"}
 # Shorter secrets can be guessed through the sign-in form; `openssl rand -hex 32` gives 64.
 MIN_SECRET_LENGTH = 16

@@ -5,12 +5,13 @@ from typing import Annotated, Any
 
 import pydantic
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from outbox.names import environment_variable
+from poller.environment import EnvironmentSettings
 
 Interval = Annotated[int, Field(gt=0)]
 Timeout = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-
-ENVIRONMENT_PREFIX = "OUTBOX_"
 
 _EXPECTED = {
     "checkpoint_interval": "a whole number of messages greater than 0",
@@ -23,12 +24,12 @@ class CheckpointSettingsError(ValueError):
     value."""
 
 
-class CheckpointSettings(BaseSettings):
+class CheckpointSettings(EnvironmentSettings):
     """Live checkpoint signals: one after every `checkpoint_interval` live messages, and one
     `checkpoint_timeout_secs` after the last message if something was delivered since the
     last checkpoint."""
 
-    model_config = SettingsConfigDict(env_prefix=ENVIRONMENT_PREFIX, extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(frozen=True)
 
     checkpoint_interval: Interval = 100
     checkpoint_timeout_secs: Timeout = 5.0
@@ -77,6 +78,6 @@ def _describe(error: pydantic.ValidationError, *, environment: bool) -> str:
     for detail in error.errors():
         field = str(detail["loc"][0])
         value: Any = detail.get("input")
-        name = f"{ENVIRONMENT_PREFIX}{field.upper()}" if environment else _ARGUMENTS[field]
+        name = environment_variable(field) if environment else _ARGUMENTS[field]
         problems.append(f"{name}={value!r} is refused: expected {_EXPECTED[field]}")
     return "; ".join(problems)
