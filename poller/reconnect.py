@@ -172,10 +172,11 @@ class Reconnector:
 
     One per connection kept. The caller says when a connection was lost (`lost()`): that
     counts as a failure for the backoff, a short wait after a connection that lasted, a
-    growing one for connections lost as soon as they are made. `name` starts its log lines.
-    `stop` set: `connect` raises Stopped at once, even mid-attempt. `retry_first=False`: any
-    failure before the first success is raised (a library call that must fail rather than
-    wait); later ones are retried.
+    growing one for connections lost as soon as they are made (a caller that backs off
+    itself after a loss does not say it, or the two waits stack: shared_connection.py).
+    `name` starts its log lines. `stop` set: `connect` raises Stopped at once, even
+    mid-attempt. `retry_first=False`: any failure before the first success is raised (a
+    library call that must fail rather than wait); later ones are retried.
     """
 
     def __init__(
