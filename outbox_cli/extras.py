@@ -19,6 +19,7 @@ EXTRA_OF_MODULE = {
             "pydantic_settings",
             "rich",
             "sqlalchemy",
+            "tenacity",
         ),
         "cli",
     ),

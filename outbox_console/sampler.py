@@ -11,6 +11,10 @@ scan of what was delivered meanwhile, hashing each key of a sharded subscription
 With a read replica (`outbox console --read-database-url`), each sample also asks it how far
 behind the database it is (a short connection of its own); a replica that cannot be reached
 says so in the overview and fails nothing else.
+
+A sample that fails is tried again under the daemon's reconnect policy (poller/reconnect.py:
+its backoff, from 50 ms doubling with jitter, here up to the interval), so the overview is
+back within a moment of the database's return.
 """
 
 import asyncio
@@ -28,6 +32,7 @@ from outbox.positions import Position
 from outbox_console.database import APPLICATION_NAME, connect
 from outbox_console.history import History, Point, ShardPlace, passed_between
 from poller import operations
+from poller.reconnect import LONGEST_DELAY, Backoff
 from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
@@ -66,6 +71,7 @@ class Sampler:
         self._read_url = read_url
         self._checkpoints: dict[ShardPlace, Position] = {}
         self._sampled_at: float | None = None
+        self._failures = Backoff(longest=min(LONGEST_DELAY, interval))
 
     def sample(self) -> Overview:
         """Read the overview once, add it to the history, and keep it as `latest`."""
@@ -87,6 +93,7 @@ class Sampler:
         WARNING) and its end too (at INFO), and the overview says it meanwhile."""
         try:
             while not stop.is_set():
+                pause = self.interval
                 try:
                     await run_in_threadpool(self.sample)
                 except (psycopg.Error, OSError) as error:
@@ -94,14 +101,17 @@ class Sampler:
                     if self.failure is None:
                         log.warning("the console cannot read the database: %s", failure)
                     self.failure = failure
+                    pause = self._failures.failed(time.monotonic())
                 except Exception as error:  # a bug: say it, and keep the pages answering
                     log.error("the console's sampler failed; it tries again", exc_info=error)
                     self.failure = mask_password(f"unexpected {type(error).__name__}: {error}")
+                    pause = self._failures.failed(time.monotonic())
                 else:
                     if self.failure is not None:
                         log.info("the console reads the database again")
                     self.failure = None
-                await wait_event(stop, self.interval)
+                    self._failures.succeeded(time.monotonic())
+                await wait_event(stop, pause)
         finally:
             self.close()
 

@@ -2,9 +2,12 @@
 
 As psycopg_pool's `AttemptWithBackoff`: the backoff is a pure object that takes the time as an
 argument (`Backoff`), one function tells a failure waiting can end from one it cannot
-(`is_transient`), and one async connect (`Reconnector.connect`) retries with that backoff,
-waits through `poller.waits` and gives up at once when its stop is set, so a SIGTERM during an
-outage is never left behind a retry loop. What it says: the first failure of an outage
+(`is_transient`), and one async connect (`Reconnector.connect`) retries with that backoff
+under tenacity (`AsyncRetrying`, the backoff as its wait: `BackoffWait`), waits through a
+stop-aware sleep (`sleep_unless_stopped`) and gives up at once when its stop is set, so a
+SIGTERM during an outage is never left behind a retry loop. The other retries of the library
+(`outbox poll`'s first connection, a consumer's pause after a crash, the console's sampler)
+wait with the same `Backoff`. What it says: the first failure of an outage
 (WARNING; ERROR for a permanent one), a reminder every minute while it lasts, the recovery
 (INFO); not a line per attempt.
 
@@ -24,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
+import tenacity
 
 from outbox.database_url import mask_password
 from poller.waits import Stopped, unless_stopped, wait_event
@@ -111,6 +115,31 @@ class Backoff:
         self._succeeded_at = now
 
 
+class BackoffWait(tenacity.wait.wait_base):
+    """tenacity's wait, taken from a `Backoff`. Not tenacity's `wait_exponential_jitter`: its
+    jitter adds up to `jitter` seconds to each wait (past the cap: 5 s became up to 6 s) where
+    this one shortens it, and its count starts over with each retry loop, where a connection
+    lost as soon as it is made must keep backing off across connects (the `Backoff` outlives
+    the loop)."""
+
+    def __init__(self, backoff: Backoff, clock: Callable[[], float] = time.monotonic) -> None:
+        self._backoff = backoff
+        self._clock = clock
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:  # noqa: ARG002
+        return self._backoff.failed(self._clock())
+
+
+def sleep_unless_stopped(stop: asyncio.Event) -> Callable[[float], Awaitable[None]]:
+    """An async sleep that raises Stopped the moment `stop` is set (tenacity's `sleep`)."""
+
+    async def sleep(seconds: float) -> None:
+        if await wait_event(stop, seconds):
+            raise Stopped
+
+    return sleep
+
+
 class Outage:
     """When to say what of a run of failed attempts. Pure: the time comes in as `now`."""
 
@@ -143,10 +172,11 @@ class Reconnector:
 
     One per connection kept. The caller says when a connection was lost (`lost()`): that
     counts as a failure for the backoff, a short wait after a connection that lasted, a
-    growing one for connections lost as soon as they are made. `name` starts its log lines.
-    `stop` set: `connect` raises Stopped at once, even mid-attempt. `retry_first=False`: any
-    failure before the first success is raised (a library call that must fail rather than
-    wait); later ones are retried.
+    growing one for connections lost as soon as they are made (a caller that backs off
+    itself after a loss does not say it, or the two waits stack: shared_connection.py).
+    `name` starts its log lines. `stop` set: `connect` raises Stopped at once, even
+    mid-attempt. `retry_first=False`: any failure before the first success is raised (a
+    library call that must fail rather than wait); later ones are retried.
     """
 
     def __init__(
@@ -172,33 +202,44 @@ class Reconnector:
         self._clock = clock
         self._connected_once = False
         self._lost = False
+        self._sleep = sleep_unless_stopped(self._stop)
 
     def lost(self) -> None:
         """The connection it opened last broke (the next `connect` waits first)."""
         self._lost = True
 
     async def connect(self) -> psycopg.AsyncConnection[Any]:
-        if self._lost:
-            self._lost = False
-            await self._pause(self._backoff.failed(self._clock()))
-        while True:
-            try:
-                conn = await unless_stopped(self.open_once(), self._stop)
-            except psycopg.OperationalError as error:
-                if not self._connected_once and not self._retry_first:
-                    raise
-                self._failed(error)
-                await self._pause(self._backoff.failed(self._clock()))
-                continue
-            except Stopped:
-                self._stopped()
-                raise
-            now = self._clock()
-            self._backoff.succeeded(now)
-            self._connected_once = True
-            if (lasted := self._outage.ended(now)) is not None:
-                log.info("%s: reached the database again after %.1f s", self._name, lasted)
-            return conn
+        retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(self._retries),
+            wait=BackoffWait(self._backoff, self._clock),
+            sleep=self._sleep,
+            before_sleep=self._failed,
+            reraise=True,
+        )
+        try:
+            if self._lost:
+                self._lost = False
+                await self._sleep(self._backoff.failed(self._clock()))
+            conn: psycopg.AsyncConnection[Any] = await retrying(self._attempt)
+        except Stopped:
+            self._stopped()
+            raise
+        now = self._clock()
+        self._backoff.succeeded(now)
+        self._connected_once = True
+        if (lasted := self._outage.ended(now)) is not None:
+            log.info("%s: reached the database again after %.1f s", self._name, lasted)
+        return conn
+
+    async def _attempt(self) -> psycopg.AsyncConnection[Any]:
+        return await unless_stopped(self.open_once(), self._stop)
+
+    def _retries(self, error: BaseException) -> bool:
+        """Every failure to connect once connected before (a daemon that runs retries even a
+        permanent one, at ERROR: see the module's docstring), else unless `retry_first`."""
+        return isinstance(error, psycopg.OperationalError) and (
+            self._connected_once or self._retry_first
+        )
 
     async def open_once(self) -> psycopg.AsyncConnection[Any]:
         """One attempt, no retry (what `connect` retries; a caller's short-lived connection)."""
@@ -213,12 +254,11 @@ class Reconnector:
             raise
         return conn
 
-    async def _pause(self, delay: float) -> None:
-        if await wait_event(self._stop, delay):
-            self._stopped()
-            raise Stopped
-
-    def _failed(self, error: psycopg.OperationalError) -> None:
+    def _failed(self, attempt: tenacity.RetryCallState) -> None:
+        """Said before each wait: the outage's start and its reminders, not every attempt."""
+        outcome = attempt.outcome
+        if outcome is None or (error := outcome.exception()) is None:
+            return  # only failures are retried
         said = self._outage.failed(self._clock())
         text = failure_line(error)
         if said is None:

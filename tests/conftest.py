@@ -4,7 +4,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support import brokers
-from tests.support.databases import PROJECT_ROOT, DatabaseFactory, server_url
+from tests.support.databases import PROJECT_ROOT, DatabaseFactory, server_in_use, server_url
 from tests.support.replica_pair import ReplicaPair, ReplicaPairUnavailableError, binaries
 from tests.support.replica_pair import replica_pair as start_replica_pair
 
@@ -54,7 +54,9 @@ def replica_pair() -> Iterator[ReplicaPair]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say which brokers answered, so the output shows which relay tests could run."""
+    """Say which database the tests used and which brokers answered, so the output shows
+    which server the database tests passed on and which relay tests could run."""
+    terminalreporter.write_line(f"database: {server_in_use() or 'none (no test here used one)'}")
     lines = []
     for name, host, port in (brokers.NATS, brokers.REDIS, brokers.RABBITMQ):
         state = "answered" if brokers.answers(host, port) else "absent: its relay tests skip"

@@ -59,6 +59,7 @@ NOT_FOR_THE_WRITER = [
     "pyspark",
     "rich",
     "sqlalchemy",
+    "tenacity",
     "textual",
     "starlette",
     "jinja2",

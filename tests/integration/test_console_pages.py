@@ -2,6 +2,7 @@
 that may not act or read sees, refusals that change nothing, the path prefix behind a proxy,
 and the delivery rate the sampler measures."""
 
+import asyncio
 import re
 import threading
 import time
@@ -280,3 +281,26 @@ def test_a_database_that_stops_answering_leaves_no_page_hanging_nor_old_figures_
             # The sampler's query waits for an answer the blackhole never gives: it fails once
             # its connection is cut, so the console can stop.
             proxy.refuse()
+
+
+async def test_a_failed_sample_is_tried_again_under_the_reconnect_backoff_not_the_interval(
+    database_url: str,
+) -> None:
+    """Sampled every 30 s, the overview said the database was unreachable for up to 30 s
+    after it came back; it is tried again after the reconnect policy's backoff (at most 5 s)."""
+    with TcpProxy(server_address(database_url)) as proxy:
+        sampler = Sampler(through_port(database_url, proxy.port), 30, History(3600, 30))
+        stop = asyncio.Event()
+        proxy.refuse()
+        running = asyncio.create_task(sampler.run(stop))
+        try:
+            while sampler.failure is None:
+                await asyncio.sleep(0.01)
+            proxy.accept()
+            async with asyncio.timeout(10):
+                while sampler.failure is not None:
+                    await asyncio.sleep(0.01)
+            assert sampler.latest is not None
+        finally:
+            stop.set()
+            await running

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from poller.daemon.process.shared_connection import ConnectionGroup, SharedConnection
-from poller.reconnect import Reconnector
+from poller.reconnect import Backoff, Reconnector
 
 pytestmark = pytest.mark.asyncio
 
@@ -89,3 +89,35 @@ async def test_a_check_does_not_reopen_a_healthy_connection(database_url: str) -
     finally:
         await writes.close()
         await reads.close()
+
+
+class CountedBackoff(Backoff):
+    """The reconnect policy's backoff, saying each wait it gives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def failed(self, now: float) -> float:
+        wait = super().failed(now)
+        self.waits.append(wait)
+        return wait
+
+
+async def test_a_lost_connection_is_opened_again_without_a_wait_of_its_own(
+    database_url: str,
+) -> None:
+    """One loss, one backoff: the task that finds the connection lost (a shard's worker, the
+    lease renewer, the coordinator) backs off before it asks again. The connection waited a
+    backoff of its own too before reopening: a worker's lost connection waited two."""
+    stop = asyncio.Event()
+    backoff = CountedBackoff()
+    writes = SharedConnection(Reconnector(database_url, NAME, "test", backoff=backoff))
+    try:
+        conn = await writes.get(stop)
+        assert terminate_sessions(database_url) == 1
+        await until_closed(conn)
+        assert (await writes.get(stop)) is not conn
+        assert backoff.waits == []
+    finally:
+        await writes.close()

@@ -23,6 +23,7 @@ NOT_FOR_THE_WRITER = [
     "redis",
     "rich",
     "sqlalchemy",
+    "tenacity",
     "textual",
 ]
 

@@ -1,7 +1,8 @@
 """Where the tests' PostgreSQL comes from, and a fresh database per test.
 
 Order: OUTBOX_TEST_DATABASE_URL if set; else a testcontainers PostgreSQL when a Docker engine
-answers; else the embedded PostgreSQL (kept under .outbox/test-pgdata and reused). Each test
+answers; else the embedded PostgreSQL (kept under .outbox/test-pgdata and reused). The run's
+last lines say which one it used, and its version (tests/conftest.py). Each test
 gets a database cloned from a migrated template (CREATE DATABASE ... TEMPLATE), as pgqueuer
 does, which takes milliseconds instead of a migration run per test. `probe` is the cheap
 connection tests poll that database through.
@@ -11,7 +12,7 @@ import contextlib
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,17 +64,38 @@ def _docker_answers() -> bool:
     return True
 
 
+_server_in_use: list[str] = []
+
+
+def server_in_use() -> str | None:
+    """Which PostgreSQL the tests used, in words (no password); None before one is started."""
+    return _server_in_use[0] if _server_in_use else None
+
+
+def _said(url: str, source: Callable[[str], str]) -> str:
+    """`url`, its server kept said as `source` says it, given the server's version."""
+    with psycopg.connect(url) as conn:
+        number = conn.info.server_version
+    _server_in_use[:] = [source(f"{number // 10000}.{number % 10000}")]
+    return url
+
+
 @contextlib.contextmanager
 def server_url() -> Iterator[str]:
     configured = os.environ.get("OUTBOX_TEST_DATABASE_URL")
     if configured:
-        yield configured
+        address = server_address(configured)
+        where = address if isinstance(address, str) else "{}:{}".format(*address)
+        yield _said(configured, lambda version: f"PostgreSQL {version} service at {where}")
         return
     if _docker_answers():
         from testcontainers.postgres import PostgresContainer
 
         with PostgresContainer("postgres:18", driver=None) as container:
-            yield container.get_connection_url()
+            yield _said(
+                container.get_connection_url(),
+                lambda version: f"testcontainers (PostgreSQL {version})",
+            )
         return
     from outbox_cli.embedded_server import embedded_database_url
 
@@ -84,7 +106,7 @@ def server_url() -> Iterator[str]:
         conn.execute("ALTER SYSTEM SET synchronous_commit = off")
         conn.execute("ALTER SYSTEM SET full_page_writes = off")
         conn.execute("SELECT pg_reload_conf()")
-    yield url
+    yield _said(url, lambda version: f"embedded PostgreSQL {version}")
 
 
 class DatabaseFactory:

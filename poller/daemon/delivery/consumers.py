@@ -15,10 +15,12 @@ behind it is handed back the same way, and the machine counts the slot busy mean
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from poller.daemon.delivery.pacing import Pacer
 from poller.daemon.delivery.runs import Run, withdrawn
+from poller.reconnect import LONGEST_DELAY, Backoff
 from poller.subscription import Deliver, Outcome
 from poller.waits import wait_event
 
@@ -33,11 +35,11 @@ Report = Callable[[list[Outcome]], None]
 Overran = Callable[[int], bool]
 """Whether the machine failed this delivery at its deadline while its handler runs on."""
 
-CRASH_PAUSE = 0.05
-CRASH_PAUSE_MAX = 5.0
-"""A slot that crashed pauses before its next run, doubling up to this: a bug around the
-handler that fails at once on every run once spun the event loop at 100% CPU, deaf to
-SIGTERM."""
+FIRST_CRASH_PAUSE = 0.1
+"""A slot that crashed pauses before its next run, under the reconnect policy's backoff
+(poller/reconnect.py: doubling up to 5 s, with its jitter), reset by a run that does not
+crash: a bug around the handler that fails at once on every run once spun the event loop at
+100% CPU, deaf to SIGTERM. The slot is cancelled to stop, which ends the pause at once."""
 
 
 class Consumer:
@@ -101,7 +103,7 @@ class Consumer:
 
     async def _slot(self) -> None:
         consumers = self._consumers
-        crashes = 0
+        crash_pause = Backoff(first=FIRST_CRASH_PAUSE, longest=LONGEST_DELAY, lasting=0.0)
         while True:
             run = Run(await self._take(), consumers.message_timeout)
             self.runs.add(run)
@@ -117,10 +119,9 @@ class Consumer:
                 self.runs.discard(run)
                 consumers.report(run.crashed(error) + self.withdraw_queued())
                 consumers.check_idle()
-                crashes += 1
-                await asyncio.sleep(min(CRASH_PAUSE_MAX, CRASH_PAUSE * 2 ** min(crashes, 10)))
+                await asyncio.sleep(crash_pause.failed(time.monotonic()))
                 continue
-            crashes = 0
+            crash_pause.succeeded(time.monotonic())
             await consumers.pacer.turn(len(run.commands))
             self.runs.discard(run)
             self._end(run)

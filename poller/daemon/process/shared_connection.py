@@ -10,7 +10,11 @@ which would take the other tasks' statements in (see LeaderStore.finish_shard_ch
 
 A statement that finds the connection gone raises in the task that sent it (its term ends as
 for any lost connection); the next `get` sees it closed and opens another under the one
-reconnect policy (poller/reconnect.py), once for every task waiting.
+reconnect policy (poller/reconnect.py), once for every task waiting. It opens it at once,
+without the policy's wait for a lost connection: every task that finds one lost (a shard's
+worker, the lease renewer, the coordinator) backs off itself before it asks again, and the
+two waits stacked made one loss wait two backoffs. An attempt that fails is retried with the
+policy's backoff as ever.
 
 One loss often takes every session of the process (a server restart, an operator terminating
 them): the connections of a group (a subscription's, in one process) each run an empty
@@ -70,7 +74,6 @@ class SharedConnection:
                     await conn.execute("")  # closes it when the server has dropped it
             if conn is None or conn.closed:
                 if conn is not None:
-                    self._connections.lost()
                     self._group.reopened += 1
                 conn = self._conn = await self._connections.connect()
             self._losses_seen = self._group.losses()

@@ -11,31 +11,23 @@ at-least-once).
 
 import asyncio
 import logging
-import shlex
 import time
 
-import psycopg
-import psycopg.errors
-
-from outbox.archive.errors import ArchiveError
-from outbox.positions import readable
-from outbox.read_servers import ReadServerRefusedError
 from poller.daemon.delivery.handler_caller import HandlerCaller
 from poller.daemon.log_context import LEADER_TOKEN, SHARD, SUBSCRIPTION
 from poller.daemon.options import DaemonOptions
 from poller.daemon.process.subscription_database import ShardConnection, SubscriptionDatabase
+from poller.daemon.process.worker_failures import Failure, Then, reaction_to
 from poller.daemon.reporting.metrics import SubscriptionMetrics
 from poller.daemon.term.leadership_term import LeadershipTerm
-from poller.daemon.term.lease_watch import LeadershipLost, LeaseWatch
+from poller.daemon.term.lease_watch import LeaseWatch
 from poller.daemon.term.notify_listener import NotifyListener
 from poller.daemon.term.self_fence import SelfFence
 from poller.membership import ONLY_SHARD, ShardUnit
-from poller.pollable import NotPollableError, check_pollable
-from poller.reconnect import Backoff, failure_line
+from poller.pollable import check_pollable
+from poller.reconnect import Backoff
 from poller.store.records import Lease, SubscriptionRecord
-from poller.store.restore_check import RestoredDatabaseError
-from poller.store.retired_positions import RetiredPositionError
-from poller.waits import Stopped, wait_event
+from poller.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +54,13 @@ class SubscriptionWorker:
         self._lease = Lease(subscription_id, database.holder, options.lease_seconds, unit)
         # How the logs name it: a shard only where there are several.
         self._name = subscription_id if unit == ONLY_SHARD else f"{subscription_id} shard {unit}"
-        # After an unexpected error: 2 s doubling to 30 s, reset by a term that ran 30 s.
-        self._failure_pause = Backoff(first=2.0, longest=30.0)
-        # After a connection error (the reconnect policy's backoff): a statement refused on a
-        # connection that stays open (a standby's recovery conflict) is not retried in a loop.
-        self._lost_pause = Backoff()
+        # After an error waiting may mend: 2 s doubling to 30 s, reset by a term that ran
+        # 30 s. After a connection error: the reconnect policy's backoff, the one wait of a
+        # lost connection (see worker_failures.py).
+        self._backoffs = {
+            Then.AFTER_FAILURE: Backoff(first=2.0, longest=30.0),
+            Then.AFTER_LOSS: Backoff(),
+        }
 
     async def run(self, stop: asyncio.Event, shutdown: asyncio.Event) -> None:
         """Until `stop` (the shard moves away, or the process stops; `shutdown` says which:
@@ -96,8 +90,8 @@ class SubscriptionWorker:
                         await shard.release()
                         return
                     async with shard.term_store(record.layout) as store:
-                        self._failure_pause.succeeded(time.monotonic())
-                        self._lost_pause.succeeded(time.monotonic())
+                        for backoff in self._backoffs.values():
+                            backoff.succeeded(time.monotonic())
                         session = LeadershipTerm(
                             store,
                             lease,
@@ -112,71 +106,34 @@ class SubscriptionWorker:
                         await session.run()
                 if not session.restart_requested:
                     return
-            except Stopped:
-                return  # told to stop while the database was unreachable
-            except LeadershipLost as error:
-                log.warning("lost leadership of %s (%s); standing by", self._name, error)
-            except psycopg.OperationalError as error:
-                doing = "standing by for" if LEADER_TOKEN.get() is None else "leading"
-                log.warning(
-                    "connection lost while %s %s: %s", doing, self._name, failure_line(error)
-                )
-                await wait_event(stop, self._lost_pause.failed(time.monotonic()))
-            except psycopg.errors.ForeignKeyViolation:
-                # Deleted under a running daemon (its lease row went with it): this worker
-                # ends, the process and its other subscriptions go on.
-                log.error(
-                    "%s: the subscription was deleted; its worker stops", self._subscription_id
-                )
-                return
-            except (NotPollableError, RestoredDatabaseError) as error:
-                log.error("%s; its worker stops", error)
-                return
-            except ReadServerRefusedError as error:
-                # Promoted under a running daemon (a failover, a split brain): nothing is read
-                # until the read server is a standby of the primary again, or is the primary.
-                pause = self._failure_pause.failed(time.monotonic())
-                log.error(
-                    "%s: %s; no message is read from it (checking again in %.0f s)",
-                    self._name,
-                    error,
-                    pause,
-                )
-                await wait_event(stop, pause)
-            except ArchiveError as error:
-                # The archive this subscription reads (it starts below the retired-up-to
-                # mark) cannot be read now: a file missing or damaged, which a restore from
-                # a backup can mend. Nothing is delivered past it; try again later.
-                pause = self._failure_pause.failed(time.monotonic())
-                log.error(
-                    "%s: %s; nothing after it is delivered (trying again in %.0f s)",
-                    self._name,
-                    error,
-                    pause,
-                )
-                await wait_event(stop, pause)
-            except RetiredPositionError as error:
-                # Reading on would skip what retention dropped: stop where an operator sees it
-                # rather than deliver around a hole (catch-up subscriptions raise it too).
-                log.error(
-                    "%s stops: %s. Nothing after %s is delivered until an operator decides:"
-                    " `outbox seek %s --to %s` accepts the loss, then restart `outbox poll`",
-                    self._name,
-                    error,
-                    readable(error.after),
-                    shlex.quote(self._subscription_id),
-                    error.mark,
-                )
-                return
-            except Exception:
-                # A bug, not the subscription's fault: no single failure may stop delivery for
-                # good, so the worker starts over from the stored checkpoint after a pause.
-                pause = self._failure_pause.failed(time.monotonic())
-                log.exception(
-                    "%s: worker failed; starting again in %.0f s", self._subscription_id, pause
-                )
-                await wait_event(stop, pause)
+            except Exception as error:
+                if not await self._after(error, stop):
+                    return
             await self._wait_for_last_calls(stop)
+
+    async def _after(self, error: Exception, stop: asyncio.Event) -> bool:
+        """Say what ended the term (or the wait for one) and wait as its row in
+        worker_failures.py says; whether the worker goes on."""
+        reaction = reaction_to(error)
+        pause = self._backoff_after(reaction.then)
+        if reaction.level != logging.NOTSET:
+            leading = LEADER_TOKEN.get() is not None
+            failure = Failure(error, self._name, self._subscription_id, leading, pause)
+            log.log(
+                reaction.level,
+                "%s",
+                reaction.says(failure),
+                exc_info=error if reaction.traceback else None,
+            )
+        if reaction.then is Then.STOP:
+            return False
+        if pause:
+            await wait_event(stop, pause)
+        return True
+
+    def _backoff_after(self, then: Then) -> float:
+        backoff = self._backoffs.get(then)
+        return 0.0 if backoff is None else backoff.failed(time.monotonic())
 
     async def _wait_for_last_calls(self, stop: asyncio.Event) -> None:
         """A term that ended abruptly (its lease lost, its connection cut) leaves its handler
