@@ -16,7 +16,6 @@ import psycopg
 from prometheus_client.registry import Collector
 
 from outbox.database_url import mask_password
-from outbox.read_servers import ReplicaLag, check_read_server, server_state
 from outbox_cli.context import CommandContext
 from outbox_cli.database_options import (
     DAEMON_READ_HELP,
@@ -201,13 +200,11 @@ def _check_read_server(
     says how far behind it is. A standby still starting is waited for, as the database is."""
     masked = mask_password(read_url)
     with connect_when_up(context, read_url, stop) as read_conn:
-        read = server_state(read_conn)
-        primary = server_state(conn)
-    check_read_server(read, primary, masked)
+        lag = operations.check_read_server(conn, read_conn, masked)
     log.info(
         "reading messages from %s, %s; leases, checkpoints and parked rows stay on %s",
         masked,
-        ReplicaLag.between(read, primary).describe(),
+        lag,
         mask_password(context.database_url),
     )
 

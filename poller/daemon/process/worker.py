@@ -30,7 +30,7 @@ from poller.daemon.term.lease_watch import LeadershipLost, LeaseWatch
 from poller.daemon.term.notify_listener import NotifyListener
 from poller.daemon.term.self_fence import SelfFence
 from poller.membership import ONLY_SHARD, ShardUnit
-from poller.pollable import NotPollableError, check_pollable
+from poller.operations.pollable import NotPollableError, check_pollable
 from poller.reconnect import Backoff, failure_line
 from poller.store.records import Lease, SubscriptionRecord
 from poller.store.restore_check import RestoredDatabaseError

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import psycopg
 
 from outbox.positions import Position
-from poller.administration import get
+from poller.operations.subscriptions import get
 from poller.store.admin_store import AdminStore
 from poller.store.read_server_check import ReadServerStatus, read_server_status
 from poller.store.records import Blocker
