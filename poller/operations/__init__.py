@@ -14,6 +14,7 @@ operator types in places, the retired-up-to mark's rule in retired_mark. The SQL
 poller.store.
 """
 
+from poller.blockers import Blocker
 from poller.operations.archives import ArchiveStatus, archives, delete_archive
 from poller.operations.confirmed import (
     ChangedSinceShownError,
@@ -72,13 +73,19 @@ from poller.operations.retention import (
 )
 from poller.operations.seeks import seek, seek_to_message, seek_to_time
 from poller.operations.shard_changes import ShardChange, change_shard_count
-from poller.operations.skips import SkipRequested, request_skip, skip_request
+from poller.operations.skips import PendingSkip, SkipRequested, request_skip, skip_request
 from poller.operations.subscription_status import SubscriptionStatus, read_server, shards, status
-from poller.operations.subscriptions import create, delete, get, list_all, update_settings
+from poller.operations.subscriptions import (
+    Subscription,
+    create,
+    delete,
+    get,
+    list_all,
+    update_settings,
+)
 from poller.store.operator_store import MessageExcerpt, ParkedExcerpt, Runtime, ShardCheckpoint
 from poller.store.read_server_check import ReadServerStatus
 from poller.store.rebase_store import RebaseRefusedError, RebaseResult, rebase
-from poller.store.records import Blocker, SkipRequest, SubscriptionRecord
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored
 from poller.store.shard_store import ShardLeader, ShardLeadership, ShardStatus
 
@@ -95,6 +102,7 @@ __all__ = [
     "ParkedPreview",
     "ParkedRow",
     "PartitionHolder",
+    "PendingSkip",
     "Privileges",
     "ReadReplica",
     "ReadServerStatus",
@@ -113,11 +121,10 @@ __all__ = [
     "ShardLeadership",
     "ShardStatus",
     "SkipPreview",
-    "SkipRequest",
     "SkipRequested",
     "SkipTaken",
+    "Subscription",
     "SubscriptionError",
-    "SubscriptionRecord",
     "SubscriptionStatus",
     "archives",
     "change_shard_count",

@@ -14,7 +14,7 @@ from poller.store.retired_positions import lock_against_retirement
 log = logging.getLogger(__name__)
 
 
-def typed(option: str, value: str) -> str | None:
+def as_typed(option: str, value: str) -> str | None:
     """How to name a position the operator typed in a refusal; None for `start`, which means
     the oldest message still there (see not_retired)."""
     return None if value == "start" else f"{option} {quoted(value)}"

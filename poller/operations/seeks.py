@@ -10,11 +10,10 @@ from outbox.positions import Position
 from poller.operations.message_lookup import find_message
 from poller.operations.places import resolve_start
 from poller.operations.refusals import RefusedValueError, SubscriptionError, quoted
-from poller.operations.retired_mark import not_retired, past_mark, typed
-from poller.operations.subscriptions import get, locked, refuse_while_draining
+from poller.operations.retired_mark import as_typed, not_retired, past_mark
+from poller.operations.subscriptions import Subscription, get, locked, refuse_while_draining
 from poller.store.admin_store import AdminStore
 from poller.store.archived_reads import history_floor
-from poller.store.records import SubscriptionRecord
 
 
 def seek(conn: psycopg.Connection[Any], name: str, to: str) -> tuple[Position, int]:
@@ -24,7 +23,7 @@ def seek(conn: psycopg.Connection[Any], name: str, to: str) -> tuple[Position, i
 class SeekTarget(NamedTuple):
     """Where a seek moves a subscription, before the retired-up-to mark is checked."""
 
-    record: SubscriptionRecord
+    record: Subscription
     at: Position
     typed: str | None
     """How the operator typed it, to name it in a refusal; None when the command worked it out
@@ -54,7 +53,7 @@ def seek_target(
             raise SubscriptionError(f"--to-message: {error}") from None
         return SeekTarget(record, _just_before(conn, found.at), None)
     assert to is not None
-    return SeekTarget(record, resolve_start(conn, to, option="--to"), typed("--to", to))
+    return SeekTarget(record, resolve_start(conn, to, option="--to"), as_typed("--to", to))
 
 
 def seek_at(conn: psycopg.Connection[Any], target: SeekTarget) -> tuple[Position, int]:

@@ -10,7 +10,14 @@ from poller.operations.places import resolve_start
 from poller.operations.refusals import SubscriptionError, quoted
 from poller.operations.subscriptions import checked_lookup, get
 from poller.store.admin_store import AdminStore
-from poller.store.records import SkipRequest
+
+
+class PendingSkip(NamedTuple):
+    """A skip the leader has not finished yet: every message up to `to`, asked in `epoch` (a
+    seek voids it)."""
+
+    to: Position
+    epoch: int
 
 
 class SkipRequested(NamedTuple):
@@ -47,6 +54,7 @@ def request_skip(conn: psycopg.Connection[Any], name: str, to: str) -> SkipReque
     return SkipRequested(at, at, store.leader_alive(name))
 
 
-def skip_request(conn: psycopg.Connection[Any], name: str) -> SkipRequest | None:
+def skip_request(conn: psycopg.Connection[Any], name: str) -> PendingSkip | None:
     """The skip a leader has not finished yet, if any."""
-    return AdminStore(conn).skip_request(checked_lookup(name))
+    pending = AdminStore(conn).skip_request(checked_lookup(name))
+    return None if pending is None else PendingSkip(pending.to, pending.epoch)

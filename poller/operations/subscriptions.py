@@ -2,6 +2,7 @@
 one short transaction each (the rules here; the SQL in the store)."""
 
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -9,11 +10,48 @@ import psycopg
 from outbox.messages import check_name
 from outbox.positions import Position, readable
 from outbox.shards import MAX_SHARDS
+from poller.membership import Layout
 from poller.operations.places import resolve_start
 from poller.operations.refusals import NotFoundError, RefusedValueError, SubscriptionError, quoted
-from poller.operations.retired_mark import not_retired, typed
+from poller.operations.retired_mark import as_typed, not_retired
 from poller.store.admin_store import AdminStore
 from poller.store.records import SubscriptionRecord, settings_from_stored
+from poller.subscription import SubscriptionSettings
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """A subscription as operators read it (`subscription show`, `list`, the console): made
+    from the store's record here, so front ends depend on the façade alone."""
+
+    subscription_id: str
+    publication: str
+    checkpoint: Position
+    epoch: int
+    stored_settings: dict[str, Any]
+    """The settings as stored: those given, the others take their defaults."""
+    replay_requests: int
+    layout: Layout
+    kind: str | None
+    """None for a subscription `outbox poll` delivers; "spark" for a Spark query's progress."""
+
+    @classmethod
+    def of(cls, record: SubscriptionRecord) -> "Subscription":
+        return cls(
+            record.subscription_id,
+            record.publication,
+            record.checkpoint,
+            record.epoch,
+            record.stored_settings,
+            record.replay_requests,
+            record.layout,
+            record.kind,
+        )
+
+    @property
+    def settings(self) -> SubscriptionSettings:
+        """Every setting, the defaults included (read when asked for, as the daemon does)."""
+        return settings_from_stored(self.stored_settings)
 
 
 def check_shard_count(shards: int) -> None:
@@ -36,7 +74,7 @@ def create(
     check_shard_count(shards)
     settings_from_stored(settings)  # refuse bad settings before storing them
     with conn.transaction():  # the mark's check and the insert, under one lock (not_retired)
-        at = not_retired(conn, publication, resolve_start(conn, start), typed("--from", start))
+        at = not_retired(conn, publication, resolve_start(conn, start), as_typed("--from", start))
         store = AdminStore(conn)
         if not store.insert_subscription(name, publication, at, settings, shards):
             raise SubscriptionError(f"subscription {quoted(name)} already exists")
@@ -56,27 +94,27 @@ def checked_lookup(name: str) -> str:
     return name
 
 
-def get(conn: psycopg.Connection[Any], name: str) -> SubscriptionRecord:
+def get(conn: psycopg.Connection[Any], name: str) -> Subscription:
     record = AdminStore(conn).subscription(checked_lookup(name))
     if record is None:
         raise _missing(name)
-    return record
+    return Subscription.of(record)
 
 
-def list_all(conn: psycopg.Connection[Any]) -> list[SubscriptionRecord]:
-    return AdminStore(conn).subscriptions()
+def list_all(conn: psycopg.Connection[Any]) -> list[Subscription]:
+    return [Subscription.of(record) for record in AdminStore(conn).subscriptions()]
 
 
-def locked(conn: psycopg.Connection[Any], name: str) -> SubscriptionRecord:
+def locked(conn: psycopg.Connection[Any], name: str) -> Subscription:
     """The subscription, its row locked until the caller's transaction ends: changes of its
     shard layout (a change of the count, a seek, the daemon's end of a drain) queue up."""
     record = AdminStore(conn).lock_subscription(checked_lookup(name))
     if record is None:
         raise _missing(name)
-    return record
+    return Subscription.of(record)
 
 
-def refuse_while_draining(record: SubscriptionRecord, refused: str) -> None:
+def refuse_while_draining(record: Subscription, refused: str) -> None:
     """While a change of the shard count drains, its layout must hold still: a seek would move
     the old shards back behind the barrier while new ones may already run after it, and a
     second change would need a barrier of its own before this one's has been reached."""
