@@ -30,7 +30,7 @@ from bench.spark_bench import jdbc_frame, jdbc_location
 from outbox.archive.layout import ArchiveDefaults
 from outbox.names import DATABASE_URL_VARIABLE
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 
 if TYPE_CHECKING:  # pyspark is imported only when this benchmark runs
     from pyspark.sql import SparkSession

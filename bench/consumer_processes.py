@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 
 from bench import handled_times
-from poller import administration
+from poller import operations
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RECORD_HANDLER = "bench.handled_times:record"
@@ -83,7 +83,7 @@ def outbox_poll(started_at: StartedAt | None = None, publication: str | None = N
 
     def consumer(url: str, name: str, handled_at: HandledAt) -> AbstractContextManager[None]:
         with psycopg.connect(url) as conn:
-            administration.create(conn, name, publication or name, "start", {})
+            operations.create(conn, name, publication or name, "start", {})
         arguments = [
             *_outbox_command(),
             "poll",

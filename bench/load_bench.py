@@ -53,7 +53,7 @@ from bench import consumer_processes, eventsourcing_follower, latency_rounds, po
 from bench.common import Measurement, percentiles
 from bench.latency_rounds import Round
 from outbox.positions import START
-from poller import administration
+from poller import operations
 from poller.daemon.background import DaemonThread
 from poller.daemon.handlers import Handler
 from poller.message import Message
@@ -315,7 +315,7 @@ def daemon_with(make_handler: Callable[[HandledAt], Handler]) -> Consumer:
     @contextlib.contextmanager
     def daemon(url: str, publication: str, handled_at: HandledAt) -> Iterator[None]:
         with psycopg.connect(url) as conn:
-            administration.create(conn, publication, publication, "start", {})
+            operations.create(conn, publication, publication, "start", {})
         with DaemonThread(url, [publication], make_handler(handled_at)):
             yield
 

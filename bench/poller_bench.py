@@ -12,7 +12,7 @@ import poller
 from bench.common import Measurement, cpython_default_collector, percentiles
 from outbox.positions import START, Position
 from outbox.queries import QUERIES
-from poller import administration
+from poller import operations
 from poller.daemon.background import DaemonThread
 from poller.message import Message
 from poller.store.message_reads import prepare_reader, read_batch
@@ -119,7 +119,7 @@ def daemon_drain_rate(
 ) -> float:
     name = f"drain-{time.monotonic_ns()}"
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, name, publication, "start", settings or {})
+        operations.create(conn, name, publication, "start", settings or {})
     countdown = Countdown(count)
     started = time.perf_counter()
     with DaemonThread(database_url, [name], HANDLER_KINDS[kind](countdown)):
@@ -210,7 +210,7 @@ def write_steadily(
 def daemon_latency(database_url: str, seconds: float, notify: bool) -> tuple[float, float, float]:
     publication = f"latency-{'notify' if notify else 'poll'}"
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, publication, publication, "end", {})
+        operations.create(conn, publication, publication, "end", {})
     recorder = LatencyRecorder()
     with DaemonThread(database_url, [publication], recorder):
         time.sleep(0.5)

@@ -32,7 +32,7 @@ from bench.common import Measurement, percentiles
 from bench.poller_bench import fill
 from outbox.positions import Position
 from outbox_relays import fields
-from poller import administration
+from poller import operations
 from poller.daemon.background import DaemonThread
 from poller.message import Message
 from poller.store.message_reads import read_batch
@@ -123,11 +123,11 @@ def relay_rate(database_url: str, destination: Destination, messages: list[Messa
     reaches the last message."""
     name = f"relay-{uuid.uuid4().hex[:8]}"
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, name, "relay", "start", {})
+        operations.create(conn, name, "relay", "start", {})
         relay = outbox_relays.handler(destination.relay_url)
         started = time.perf_counter()
         with DaemonThread(database_url, [name], relay, closers=[relay.close]):
-            while administration.get(conn, name).checkpoint < messages[-1].at:
+            while operations.get(conn, name).checkpoint < messages[-1].at:
                 time.sleep(0.05)
             elapsed = time.perf_counter() - started
     return len(messages) / elapsed
@@ -172,7 +172,7 @@ def relay_consumer(make: Make) -> load_bench.Consumer:
     @contextlib.contextmanager
     def consumer(url: str, publication: str, handled_at: dict[str, float]) -> Iterator[None]:
         with psycopg.connect(url) as conn:
-            administration.create(conn, publication, publication, "start", {})
+            operations.create(conn, publication, publication, "start", {})
         with held(make) as destination:
             relay = outbox_relays.handler(destination.relay_url)
 

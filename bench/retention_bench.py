@@ -21,7 +21,7 @@ from psycopg import sql
 import outbox
 from bench.common import Measurement
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 
 TITLE = "Retention: partitions retired vs rows DELETEd; append latency while partitions are made"
 ROUNDS = 20

@@ -54,7 +54,7 @@ from bench.load_bench import (
 )
 from bench.server_cpu import ServerCpu, ServerNotLocalError
 from outbox.positions import START, Position
-from poller import administration
+from poller import operations
 from poller.message import Message
 from poller.store.message_reads import prepare_reader_async, read_batch_async
 from poller.store.shard_reads import read_shards_batch
@@ -98,7 +98,7 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
 def create(url: str, name: str, shards: int, settings: dict[str, Any]) -> None:
     """A subscription of `name` on the publication of the same name, from its start."""
     with psycopg.connect(url) as conn:
-        administration.create(conn, name, name, "start", settings, shards)
+        operations.create(conn, name, name, "start", settings, shards)
 
 
 def leaders(url: str, name: str) -> list[int]:

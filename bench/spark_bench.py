@@ -58,7 +58,7 @@ SOURCE_VARIANTS = (
 PARTITIONS = 2
 ROWS_VARIABLE = "OUTBOX_BENCH_SPARK_ROWS"  # 1M by default; 10M shows how the cost grows
 
-# The columns of the source's pipeline_read_slice query, for JDBC to read the same values.
+# The columns of the source's spark_read_slice query, for JDBC to read the same values.
 JDBC_TABLE = sql.SQL(
     "(SELECT position, transaction_id::text::bigint AS transaction_id,"
     " publication_id AS publication, message_id, message_type, partition_key,"
@@ -134,7 +134,7 @@ def measure_on_a_cluster(
 ) -> list[Measurement]:
     # The cluster helper of the tests: the same small master and workers they run against.
     from outbox_spark.spark_session import outbox_session
-    from tests.integration.pipeline.standalone_cluster import (
+    from tests.integration.spark.standalone_cluster import (
         APPLICATION_CONFIG,
         standalone_cluster,
     )

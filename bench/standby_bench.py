@@ -26,7 +26,7 @@ import psycopg
 
 from bench.common import Measurement, percentiles
 from bench.poller_bench import Countdown, LatencyRecorder, fill, sync_handler, write_steadily
-from poller import administration
+from poller import operations
 from poller.daemon.background import DaemonThread
 from poller.daemon.options import DaemonOptions
 from tests.support.replica_pair import ReplicaPair, Server, replica_pair
@@ -66,7 +66,7 @@ def drain(
     """Messages a second, and the primary's CPU microseconds per message."""
     name = f"drain-{time.monotonic_ns()}"
     with psycopg.connect(primary) as conn:
-        administration.create(conn, name, "drain", "start", {})
+        operations.create(conn, name, "drain", "start", {})
     countdown = Countdown(count)
 
     def delivered() -> float:
@@ -86,7 +86,7 @@ def latency(
     """p50, p95 and p99 in ms, and the primary's CPU microseconds per delivered message."""
     publication = f"latency-{time.monotonic_ns()}"
     with psycopg.connect(primary) as conn:
-        administration.create(conn, publication, publication, "end", {})
+        operations.create(conn, publication, publication, "end", {})
     recorder = LatencyRecorder()
     with DaemonThread(primary, [publication], recorder, options):
         time.sleep(0.5)  # leading, reading: what is measured is the steady state

@@ -8,7 +8,7 @@ import psycopg
 
 from bench.common import Measurement
 from bench.poller_bench import fill
-from poller import administration
+from poller import operations
 from poller.daemon.background import DaemonThread
 from poller.message import Message
 
@@ -31,7 +31,7 @@ def rate(database_url: str, settings: dict[str, object], pause: float, window: f
     """Messages per second over `window` seconds, after a short warm-up."""
     name = f"group-{time.monotonic_ns()}"
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, name, "groups", "start", settings)
+        operations.create(conn, name, "groups", "start", settings)
     counter = Counter(pause)
     with DaemonThread(database_url, [name], counter):
         time.sleep(min(1.0, window / 2))

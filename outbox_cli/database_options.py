@@ -14,7 +14,7 @@ import click
 
 from outbox.names import DATABASE_URL_VARIABLE, environment_variable
 from outbox_cli.context import CommandContext, DatabaseNotGivenError
-from poller.daemon.options import DaemonOptions
+from poller.daemon import DaemonOptions
 
 READ_DATABASE_URL_VARIABLE = environment_variable("read_database_url")
 

@@ -18,8 +18,7 @@ from outbox_cli.demo.live import CountingHandler
 from outbox_cli.demo.relay_round import relay_round_unavailable, relay_to_nats
 from outbox_cli.demo.workload import WorkloadShape, WriterTally, read_until, run_writers
 from poller import operations
-from poller.daemon.background import DaemonThread
-from poller.daemon.options import DaemonOptions
+from poller.daemon import DaemonOptions, DaemonThread
 
 
 @click.command()

@@ -28,7 +28,7 @@ from outbox.archive.errors import ArchiveError, ArchiveRefusedError, ArchiveVers
 from outbox.database_url import mask_password
 from outbox_cli.extras import missing_extra, needs_extra_line
 from outbox_cli.printing import escaped
-from poller.daemon.handlers import HandlerNotFoundError
+from poller.daemon import HandlerNotFoundError
 from poller.operations import (
     NotPollableError,
     RefusedValueError,

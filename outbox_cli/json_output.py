@@ -17,11 +17,11 @@ from outbox.positions import Position
 from poller.operations import (
     ParkedMessage,
     ParkedRow,
+    PendingSkip,
     ReadReplica,
     ShardLeader,
     ShardStatus,
-    SkipRequest,
-    SubscriptionRecord,
+    Subscription,
     SubscriptionStatus,
 )
 
@@ -111,8 +111,8 @@ def shard_leader_document(shard: ShardLeader) -> dict[str, Any]:
 
 
 def subscription_document(
-    record: SubscriptionRecord,
-    skip: SkipRequest | None = None,
+    record: Subscription,
+    skip: PendingSkip | None = None,
     shards: list[ShardStatus] | None = None,
     *,
     detailed: bool = False,

@@ -13,7 +13,7 @@ import datetime
 import json
 import logging
 
-from poller.daemon.log_context import LogContextFilter
+from poller.daemon import LogContextFilter
 
 LOG_FORMATS = ("text", "json")
 DEFAULT_LOG_FORMAT = "text"

@@ -16,7 +16,6 @@ import psycopg
 from prometheus_client.registry import Collector
 
 from outbox.database_url import mask_password
-from outbox.read_servers import ReplicaLag, check_read_server, server_state
 from outbox_cli.context import CommandContext
 from outbox_cli.database_options import (
     DAEMON_READ_HELP,
@@ -28,21 +27,22 @@ from outbox_cli.errors import CommandUsageError
 from outbox_cli.first_connection import connect_when_up
 from outbox_cli.json_output import json_option, print_json, status_document
 from outbox_cli.log_format import DEFAULT_LOG_FORMAT, LOG_FORMATS, use_log_format
+from outbox_cli.option_fields import command_line_fields, retention_fields
 from outbox_cli.poll_config import read_poll_config
 from outbox_cli.printing import cell, console
 from outbox_cli.retention_printing import archive_line, print_oldest_holder
 from outbox_cli.status_printing import print_blocking_queries, print_read_replica, print_status
 from poller import operations
-from poller.daemon import garbage_collection
-from poller.daemon.handlers import (
+from poller.daemon import (
+    DaemonOptions,
     Handler,
     HandlerNotFoundError,
     HandlerSignatureError,
     PackageShadowedError,
     load_handler,
+    run_daemon,
+    set_for_daemon,
 )
-from poller.daemon.options import DaemonOptions, command_line_fields, retention_fields
-from poller.daemon.runner import run_daemon
 from poller.message import Message
 
 # package.module:callable, each part an identifier: anything else (`../etc:passwd`, a relative
@@ -178,7 +178,7 @@ def serve(
             if read_database_url is not None:
                 _check_read_server(context, conn, read_database_url, stop)
 
-    garbage_collection.set_for_daemon()
+    set_for_daemon()
     run = run_daemon(
         context.database_url,
         names,
@@ -200,13 +200,11 @@ def _check_read_server(
     says how far behind it is. A standby still starting is waited for, as the database is."""
     masked = mask_password(read_url)
     with connect_when_up(context, read_url, stop) as read_conn:
-        read = server_state(read_conn)
-        primary = server_state(conn)
-    check_read_server(read, primary, masked)
+        lag = operations.check_read_server(conn, read_conn, masked)
     log.info(
         "reading messages from %s, %s; leases, checkpoints and parked rows stay on %s",
         masked,
-        ReplicaLag.between(read, primary).describe(),
+        lag,
         mask_password(context.database_url),
     )
 

@@ -6,11 +6,12 @@ import click
 
 from outbox_cli.context import CommandContext
 from outbox_cli.errors import CommandError
+from outbox_cli.option_fields import retention_fields
 from outbox_cli.poll_commands import options_of
 from outbox_cli.printing import cell, console
 from outbox_cli.retention_printing import partition_line, print_oldest_holder
 from poller import operations
-from poller.daemon.options import DaemonOptions, retention_fields
+from poller.daemon import DaemonOptions
 
 _DONE = {
     "retired": "retired",

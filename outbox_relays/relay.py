@@ -25,8 +25,14 @@ from outbox.positions import Position
 from outbox_relays.relay_metrics import RelayMetrics
 from outbox_relays.target import BrokerUnavailable, Target, Unsent
 from outbox_relays.tracing import publish_spans
-from poller import BatchOutcomes, Message, batch_handler, call_deadline
-from poller.outcomes import DestinationUnavailable, ParkMessage
+from poller import (
+    BatchOutcomes,
+    DestinationUnavailable,
+    Message,
+    ParkMessage,
+    batch_handler,
+    call_deadline,
+)
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ from outbox.positions import START, Position
 from outbox_spark import batches
 from outbox_spark.archive_tasks import SliceWriter
 from outbox_spark.options import CopyDriver, DatabaseLocation, PartitionBy
-from outbox_spark.queries import pipeline_queries
+from outbox_spark.queries import spark_queries
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ def _rows_between(
     conn: psycopg.Connection[Any], publication: str, after: Position, until: Position
 ) -> int:
     row = conn.execute(
-        pipeline_queries()["pipeline_range_rows"],
+        spark_queries()["spark_range_rows"],
         {
             "publication": publication,
             **after.query_parameters("after_"),

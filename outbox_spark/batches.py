@@ -13,7 +13,7 @@ from outbox.positions import Position
 from outbox.read_servers import ReadProof, proof_parameters, server_state
 from outbox_spark.options import PartitionBy
 from outbox_spark.partitions import Slice, key_slices, range_slices
-from outbox_spark.queries import pipeline_queries
+from outbox_spark.queries import spark_queries
 
 
 def batch_end(
@@ -31,11 +31,9 @@ def batch_end(
     parameters = {**_after(publication, after), **proof_parameters(proof)}
     if limit is None:
         # A backward index scan from the newest row: no need to walk what comes before.
-        cursor = conn.execute(pipeline_queries()["pipeline_last_safe_row"], parameters)
+        cursor = conn.execute(spark_queries()["spark_last_safe_row"], parameters)
     else:
-        cursor = conn.execute(
-            pipeline_queries()["pipeline_batch_end"], {**parameters, "limit": limit}
-        )
+        cursor = conn.execute(spark_queries()["spark_batch_end"], {**parameters, "limit": limit})
     row = cursor.fetchone()
     assert row is not None  # the proof's one row
     proven, transaction_id, position = row
@@ -52,12 +50,12 @@ def split_points(
 
     Found by a few index probes, never by counting the batch (which read all of it again on
     every trigger): the k-th cut is the batch's first row at or past the k-th of evenly
-    spaced positions between its first row's and `end`'s (sql/pipeline_queries.sql). Cuts
+    spaced positions between its first row's and `end`'s (sql/spark_queries.sql). Cuts
     lie strictly inside the batch, never at its last row, and ones that coincide (a batch of
     fewer rows than slices) come back once.
     """
     rows = conn.execute(
-        pipeline_queries()["pipeline_split_points"],
+        spark_queries()["spark_split_points"],
         {
             **_after(publication, start),
             **end.query_parameters("until_"),

@@ -22,7 +22,7 @@ from outbox_spark.archive_reads import missing_from_archive
 from outbox_spark.csv_chunks import whole_row_pieces
 from outbox_spark.options import CopyDriver
 from outbox_spark.partitions import Slice
-from outbox_spark.queries import pipeline_queries
+from outbox_spark.queries import spark_queries
 from outbox_spark.retired_ranges import RetiredRangeError, mark_statement, refuse_retired
 from outbox_spark.standby_reads import replayed_past, replayed_statement, wait_for_replay
 from outbox_spark.wire_batches import WIRE_SCHEMA, declared_batch
@@ -40,8 +40,8 @@ def slice_statement(publication: str, part: Slice) -> sql.Composed:
     }
     if part.by_key:
         values |= {"bucket": part.bucket, "buckets": part.buckets}
-    name = "pipeline_read_key_bucket" if part.by_key else "pipeline_read_slice"
-    return sql.SQL(pipeline_queries()[name]).format(
+    name = "spark_read_key_bucket" if part.by_key else "spark_read_slice"
+    return sql.SQL(spark_queries()[name]).format(
         **{key: sql.Literal(value) for key, value in values.items()}
     )
 

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from outbox.positions import Position
-from outbox_spark.queries import pipeline_queries
+from outbox_spark.queries import spark_queries
 
 
 class SubscriptionConflictError(RuntimeError):
@@ -27,7 +27,7 @@ def start_subscription(
     so the row moves there even if that is backwards, or retention could delete rows it is
     about to read.
     """
-    _write(conn, "pipeline_start_subscription", subscription, publication, start)
+    _write(conn, "spark_start_subscription", subscription, publication, start)
 
 
 def record_progress(
@@ -38,7 +38,7 @@ def record_progress(
     Spark commits the last offset again when a query restarts, and a conditional update on
     the row value makes any repeat or stale commit a no-op.
     """
-    _write(conn, "pipeline_record_progress", subscription, publication, end)
+    _write(conn, "spark_record_progress", subscription, publication, end)
 
 
 def _write(
@@ -49,7 +49,7 @@ def _write(
     position: Position,
 ) -> None:
     written = conn.execute(
-        pipeline_queries()[query],
+        spark_queries()[query],
         {
             "subscription": subscription,
             "publication": publication,
@@ -59,7 +59,7 @@ def _write(
     if written is not None:
         return
     owner = conn.execute(
-        pipeline_queries()["pipeline_subscription_owner"], {"subscription": subscription}
+        spark_queries()["spark_subscription_owner"], {"subscription": subscription}
     ).fetchone()
     assert owner is not None  # the upsert wrote nothing, so the row exists
     owner_publication, kind = owner

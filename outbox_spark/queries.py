@@ -1,4 +1,4 @@
-"""The named SQL of sql/pipeline_queries.sql, in the format of outbox.queries.
+"""The named SQL of sql/spark_queries.sql, in the format of outbox.queries.
 
 Loaded on first use, not at import: Spark imports outbox_spark.source in several short-lived
 helper processes (creating the source, planning each read) that never run a query, and
@@ -10,7 +10,7 @@ from typing import LiteralString
 
 
 @cache
-def pipeline_queries() -> dict[str, LiteralString]:
+def spark_queries() -> dict[str, LiteralString]:
     from outbox.queries import load_queries
 
-    return load_queries("pipeline_queries.sql")
+    return load_queries("spark_queries.sql")

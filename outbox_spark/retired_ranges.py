@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import sql
 
 from outbox.positions import Position
-from outbox_spark.queries import pipeline_queries
+from outbox_spark.queries import spark_queries
 
 
 class RetiredRangeError(RuntimeError):
@@ -32,7 +32,7 @@ class RetiredRangeError(RuntimeError):
 
 def mark_statement(publication: str) -> sql.Composed:
     """The mark's query with the publication as a literal (ADBC runs it without parameters)."""
-    return sql.SQL(pipeline_queries()["pipeline_retired_up_to"]).format(
+    return sql.SQL(spark_queries()["spark_retired_up_to"]).format(
         publication=sql.Literal(publication)
     )
 

@@ -29,7 +29,7 @@ from psycopg import sql
 from outbox.positions import Position
 from outbox.read_servers import ReadProof, ServerState, check_read_server, refusal, server_state
 from outbox_spark.options import DatabaseLocation
-from outbox_spark.queries import pipeline_queries
+from outbox_spark.queries import spark_queries
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def check_reads(
 
 def replayed_statement(until: Position) -> sql.Composed:
     """The replay check with the slice's end as a literal (ADBC runs it without parameters)."""
-    return sql.SQL(pipeline_queries()["pipeline_replayed_past"]).format(
+    return sql.SQL(spark_queries()["spark_replayed_past"]).format(
         until_transaction_id=sql.Literal(str(until.transaction_id))
     )
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 from outbox_spark.arrow_schema import ARROW_SCHEMA
 
 PUBLICATION = "publication"
-# The columns of the pipeline_read_* queries, in order: the declared ones but the publication.
+# The columns of the spark_read_* queries, in order: the declared ones but the publication.
 WIRE_SCHEMA = pa.schema([field for field in ARROW_SCHEMA if field.name != PUBLICATION])
 _PUBLICATION_INDEX = ARROW_SCHEMA.get_field_index(PUBLICATION)
 _XID8_BYTES = 8

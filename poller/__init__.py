@@ -12,6 +12,7 @@ from poller.catch_up.consumer_positions import (
 from poller.catch_up.signals import CaughtUp, Checkpoint
 from poller.catch_up.subscribe import subscribe, subscribe_sync
 from poller.handler_deadlines import call_deadline
+from poller.handler_requests import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.message import Message
 from poller.store.retired_positions import RetiredPositionError
 
@@ -20,8 +21,12 @@ __all__ = [
     "CaughtUp",
     "Checkpoint",
     "ConsumerPositionConflictError",
+    "DestinationUnavailable",
     "Message",
+    "ParkMessage",
     "RetiredPositionError",
+    "RetryMessage",
+    "SkipMessage",
     "batch_handler",
     "call_deadline",
     "load_checkpoint",

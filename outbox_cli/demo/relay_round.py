@@ -11,8 +11,7 @@ from dataclasses import dataclass
 import psycopg
 
 from poller import operations
-from poller.daemon.background import DaemonThread
-from poller.daemon.options import DaemonOptions
+from poller.daemon import DaemonOptions, DaemonThread
 
 NATS_ADDRESS = ("127.0.0.1", 4222)
 

@@ -109,22 +109,3 @@ class DaemonOptions:
         default, so three renewals can fail before a standby may take over."""
         lease = values.get("lease_seconds", cls.lease_seconds)
         return cls(**{"renew_every": min(cls.renew_every, lease / 4), **values})
-
-
-RETENTION_FIELDS = (
-    "retention_minimum_age",
-    "partition_size",
-    "partitions_ahead",
-    "retention_lock_wait",
-    "retention_stale_after",
-)
-
-
-def retention_fields() -> list[dataclasses.Field[Any]]:
-    """The options `outbox prune` shares with `outbox poll`."""
-    return [f for f in dataclasses.fields(DaemonOptions) if f.name in RETENTION_FIELDS]
-
-
-def command_line_fields() -> list[dataclasses.Field[Any]]:
-    """The options `outbox poll` offers, in declaration order."""
-    return [f for f in dataclasses.fields(DaemonOptions) if f.metadata["command_line"]]

@@ -4,45 +4,17 @@ package, never poller.store or the daemon's internals (an import-linter contract
 pyproject.toml says so), as procrastinate's JobManager serves its CLI, its Django admin and
 its worker alike.
 
-The rules live in poller.administration (subscriptions, seeks, skips, parked messages),
-poller.inspection (where subscriptions stand), poller.shard_administration (a change of the
-shard count) and poller.pollable; the SQL in poller.store. Here besides: what an action would
-change (previews) and the actions taken only as previewed (confirmed), what the connected role
-may do (privileges), reading messages, retention.
-change (previews), what the connected role may do (privileges), reading messages, retention,
-archives.
+The rules live in this package's modules, one topic each: subscriptions (create, read, update,
+delete), seeks, skips, parked messages, shard_changes (a change of the shard count),
+subscription_status (where subscriptions stand), pollable (whether `outbox poll` may deliver
+one), message_lookup and messages (reading messages), previews (what an action would change)
+and confirmed (the actions taken only as previewed), privileges (what the connected role may
+do), read_replica, retention, archives; the refusals they raise in refusals, the places an
+operator types in places, the retired-up-to mark's rule in retired_mark. The SQL lives in
+poller.store.
 """
 
-from poller.administration import (
-    NotFoundError,
-    ParkedMessage,
-    ParkedRow,
-    RefusedValueError,
-    ReplayRequested,
-    SkipRequested,
-    SubscriptionError,
-    create,
-    delete,
-    delete_publication_messages,
-    find_message,
-    get,
-    list_all,
-    list_parked,
-    parked_message,
-    parked_target,
-    parse_place,
-    parse_time,
-    purge_parked,
-    quoted,
-    request_replay,
-    request_skip,
-    seek,
-    seek_to_message,
-    seek_to_time,
-    skip_request,
-    update_settings,
-)
-from poller.inspection import SubscriptionStatus, read_server, shards, status
+from poller.blockers import Blocker
 from poller.operations.archives import ArchiveStatus, archives, delete_archive
 from poller.operations.confirmed import (
     ChangedSinceShownError,
@@ -53,6 +25,7 @@ from poller.operations.confirmed import (
     skip_as_shown,
 )
 from poller.operations.figures import messages_between, runtime, shard_checkpoints
+from poller.operations.message_lookup import delete_publication_messages, find_message
 from poller.operations.messages import (
     MAX_LATEST,
     latest_messages,
@@ -61,6 +34,18 @@ from poller.operations.messages import (
     read_messages,
     tail,
 )
+from poller.operations.parked import (
+    ParkedMessage,
+    ParkedRow,
+    ReplayRequested,
+    list_parked,
+    parked_message,
+    parked_target,
+    purge_parked,
+    request_replay,
+)
+from poller.operations.places import parse_place, parse_time
+from poller.operations.pollable import NotPollableError, check_pollable
 from poller.operations.previews import (
     ParkedPreview,
     SeekPreview,
@@ -71,7 +56,13 @@ from poller.operations.previews import (
     preview_skip,
 )
 from poller.operations.privileges import Privileges, privileges
-from poller.operations.read_replica import ReadReplica, read_replica
+from poller.operations.read_replica import ReadReplica, check_read_server, read_replica
+from poller.operations.refusals import (
+    NotFoundError,
+    RefusedValueError,
+    SubscriptionError,
+    quoted,
+)
 from poller.operations.retention import (
     PartitionHolder,
     RetentionHolder,
@@ -80,12 +71,21 @@ from poller.operations.retention import (
     retention_holders,
     retention_pass,
 )
-from poller.pollable import NotPollableError, check_pollable
-from poller.shard_administration import ShardChange, change_shard_count
+from poller.operations.seeks import seek, seek_to_message, seek_to_time
+from poller.operations.shard_changes import ShardChange, change_shard_count
+from poller.operations.skips import PendingSkip, SkipRequested, request_skip, skip_request
+from poller.operations.subscription_status import SubscriptionStatus, read_server, shards, status
+from poller.operations.subscriptions import (
+    Subscription,
+    create,
+    delete,
+    get,
+    list_all,
+    update_settings,
+)
 from poller.store.operator_store import MessageExcerpt, ParkedExcerpt, Runtime, ShardCheckpoint
 from poller.store.read_server_check import ReadServerStatus
 from poller.store.rebase_store import RebaseRefusedError, RebaseResult, rebase
-from poller.store.records import Blocker, SkipRequest, SubscriptionRecord
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored
 from poller.store.shard_store import ShardLeader, ShardLeadership, ShardStatus
 
@@ -102,6 +102,7 @@ __all__ = [
     "ParkedPreview",
     "ParkedRow",
     "PartitionHolder",
+    "PendingSkip",
     "Privileges",
     "ReadReplica",
     "ReadServerStatus",
@@ -120,15 +121,15 @@ __all__ = [
     "ShardLeadership",
     "ShardStatus",
     "SkipPreview",
-    "SkipRequest",
     "SkipRequested",
     "SkipTaken",
+    "Subscription",
     "SubscriptionError",
-    "SubscriptionRecord",
     "SubscriptionStatus",
     "archives",
     "change_shard_count",
     "check_pollable",
+    "check_read_server",
     "create",
     "delete",
     "delete_archive",

@@ -11,7 +11,7 @@ from outbox.archive import catalog
 from outbox.archive.errors import ArchiveError, ArchiveRefusedError
 from outbox.archive.layout import publication_directory
 from outbox.positions import Position
-from poller.administration import SubscriptionError, quoted
+from poller.operations.refusals import SubscriptionError, quoted
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from typing import Any, NamedTuple
 import psycopg
 
 from outbox.positions import Position
-from poller import administration
-from poller.administration import ReplayRequested, SkipRequested, SubscriptionError
+from poller.operations.parked import ReplayRequested, replay_marked
 from poller.operations.previews import (
     ParkedPreview,
     SeekPreview,
@@ -24,6 +23,10 @@ from poller.operations.previews import (
     preview_seek,
     preview_skip,
 )
+from poller.operations.refusals import SubscriptionError
+from poller.operations.seeks import seek
+from poller.operations.skips import SkipRequested, request_skip
+from poller.operations.subscriptions import get, locked
 from poller.store.operator_store import OperatorStore, ParkedSet
 from poller.store.retired_positions import lock_against_retirement
 
@@ -47,15 +50,15 @@ def seek_as_shown(conn: psycopg.Connection[Any], shown: SeekPreview) -> tuple[Po
     what it said, in the same epoch; the place stored and the new epoch."""
     name = shown.subscription
     with conn.transaction():
-        # Every seek takes these two locks in this order (administration._seek_not_retired).
+        # Every seek takes these two locks in this order (seeks._seek_not_retired).
         # The row's lock holds the checkpoints still until the seek is stored: a plain
         # subscription's checkpoint is an UPDATE of the row, a shard's takes it FOR SHARE.
         lock_against_retirement(conn)
-        administration.locked(conn, name)
+        locked(conn, name)
         now = preview_seek(conn, name, to=str(shown.to))
         if now != shown:
             raise ChangedSinceShownError(now)
-        return administration.seek(conn, name, str(shown.to))
+        return seek(conn, name, str(shown.to))
 
 
 class SkipTaken(NamedTuple):
@@ -71,11 +74,11 @@ def skip_as_shown(conn: psycopg.Connection[Any], shown: SkipPreview) -> SkipTake
     refused when it would finish more than shown, or a seek started another epoch."""
     name = shown.subscription
     with conn.transaction():
-        administration.locked(conn, name)  # the checkpoints hold still while it is counted
+        locked(conn, name)  # the checkpoints hold still while it is counted
         now = preview_skip(conn, name, str(shown.to))
         if now.epoch != shown.epoch or now.finished_undelivered > shown.finished_undelivered:
             raise ChangedSinceShownError(now)
-        requested = administration.request_skip(conn, name, str(shown.to))
+        requested = request_skip(conn, name, str(shown.to))
     return SkipTaken(requested, now.finished_undelivered)
 
 
@@ -83,7 +86,7 @@ def replay_as_shown(conn: psycopg.Connection[Any], shown: ParkedPreview) -> Repl
     """A replay of exactly the parked messages `shown` counted."""
     name, position, parked = _parked_shown(shown)
     store = OperatorStore(conn)
-    requested = administration.replay_marked(
+    requested = replay_marked(
         conn, name, lambda: store.mark_parked_as_shown_for_replay(name, position, parked)
     )
     if not requested.marked:
@@ -94,7 +97,7 @@ def replay_as_shown(conn: psycopg.Connection[Any], shown: ParkedPreview) -> Repl
 def purge_as_shown(conn: psycopg.Connection[Any], shown: ParkedPreview) -> list[int]:
     """A purge of exactly the parked messages `shown` counted; their positions."""
     name, position, parked = _parked_shown(shown)
-    administration.get(conn, name)
+    get(conn, name)
     purged = OperatorStore(conn).purge_parked_as_shown(name, position, parked)
     if not purged:
         raise ChangedSinceShownError(preview_parked(conn, name, shown.target))

@@ -6,11 +6,13 @@ from typing import Any
 import psycopg
 
 from outbox.positions import Position
-from poller import administration
 from poller.catch_up.signals import Checkpoint
 from poller.catch_up.stream import Item
 from poller.catch_up.subscribe import subscribe
 from poller.message import Message
+from poller.operations.parked import no_parked_message
+from poller.operations.places import parse_place
+from poller.operations.subscriptions import get
 from poller.store.message_reads import read_batch
 from poller.store.operator_store import MessageExcerpt, OperatorStore, ParkedExcerpt
 
@@ -53,12 +55,12 @@ def parked_message_excerpt(
 ) -> ParkedExcerpt:
     """The parked message at `at` (POS or TX:POS) as `parked_message` finds it, its payload
     and headers cut to their first `shown` characters in the database."""
-    place = administration.parse_place(at)
-    administration.get(conn, name)
+    place = parse_place(at)
+    get(conn, name)
     position = place if isinstance(place, int) else place.position
     found = OperatorStore(conn).parked_message_excerpt(name, position, shown)
     if found is None or (isinstance(place, Position) and found.message.at != place):
-        raise administration.no_parked_message(name, at)
+        raise no_parked_message(name, at)
     return found
 
 

@@ -13,8 +13,11 @@ from typing import Any, NamedTuple
 import psycopg
 
 from outbox.positions import Position, readable
-from poller import administration
-from poller.administration import SubscriptionError, quoted
+from poller.operations.places import resolve_start
+from poller.operations.refusals import SubscriptionError, quoted
+from poller.operations.seeks import seek_preview_place, seek_target
+from poller.operations.skips import skip_request
+from poller.operations.subscriptions import get, refuse_while_draining
 from poller.store.operator_store import OperatorStore
 
 
@@ -63,9 +66,9 @@ def preview_seek(
 ) -> SeekPreview:
     """What `outbox seek` would do now, refused as the seek would be (a typed place before
     the retired-up-to mark, a change of the shard count draining)."""
-    target = administration.seek_target(conn, name, to=to, since=since, message_id=message_id)
-    administration.refuse_while_draining(target.record, f"cannot seek {quoted(name)}")
-    at = administration.seek_preview_place(conn, target)
+    target = seek_target(conn, name, to=to, since=since, message_id=message_id)
+    refuse_while_draining(target.record, f"cannot seek {quoted(name)}")
+    at = seek_preview_place(conn, target)
     again = passed = 0
     store = OperatorStore(conn)
     for shard in store.shard_checkpoints(target.record.subscription_id):
@@ -73,15 +76,15 @@ def preview_seek(
             again += store.messages_between(shard.publication, at, shard.checkpoint, shard.unit)
         elif shard.checkpoint < at:
             passed += store.messages_between(shard.publication, shard.checkpoint, at, shard.unit)
-    skip = administration.skip_request(conn, name)
+    skip = skip_request(conn, name)
     epoch = target.record.epoch
     return SeekPreview(name, at, again, passed, skip is not None and skip.epoch == epoch, epoch)
 
 
 def preview_skip(conn: psycopg.Connection[Any], name: str, to: str) -> SkipPreview:
     """What `outbox skip` would finish without delivering, refused as the skip would be."""
-    record = administration.get(conn, name)
-    at = administration.resolve_start(conn, to, option="--to")
+    record = get(conn, name)
+    at = resolve_start(conn, to, option="--to")
     store = OperatorStore(conn)
     shards = store.shard_checkpoints(record.subscription_id)
     if not any(shard.checkpoint < at for shard in shards):
@@ -101,7 +104,7 @@ def preview_parked(
     conn: psycopg.Connection[Any], name: str, target: Position | None
 ) -> ParkedPreview:
     """Which parked messages a replay or a purge of `target` (None: every one) acts on."""
-    administration.get(conn, name)
+    get(conn, name)
     position = None if target is None else target.position
     found = OperatorStore(conn).parked_set(name, position)
     return ParkedPreview(name, target, found.messages, found.last, found.digest)
@@ -109,5 +112,5 @@ def preview_parked(
 
 def parked_count(conn: psycopg.Connection[Any], name: str) -> int:
     """How many parked messages `name` has."""
-    administration.get(conn, name)
+    get(conn, name)
     return OperatorStore(conn).count_parked(name)

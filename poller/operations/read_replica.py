@@ -8,7 +8,9 @@ from typing import Any, NamedTuple
 import psycopg
 
 from outbox.database_url import mask_password
-from poller.inspection import SubscriptionStatus, read_server
+from outbox.read_servers import ReplicaLag, server_state
+from outbox.read_servers import check_read_server as refuse_unless_standby
+from poller.operations.subscription_status import SubscriptionStatus, read_server
 from poller.reconnect import failure_line
 from poller.store.read_server_check import ReadServerStatus
 
@@ -41,3 +43,15 @@ def read_replica(
             return ReadReplica(masked, read_server(conn, read_conn, rows), None)
     except psycopg.Error as error:
         return ReadReplica(masked, None, failure_line(error))
+
+
+def check_read_server(
+    conn: psycopg.Connection[Any], read_conn: psycopg.Connection[Any], masked_url: str
+) -> str:
+    """What `outbox poll --read-database-url` checks before any read: `read_conn`'s server must
+    be a hot standby of `conn`'s (ReadServerRefusedError otherwise, naming `masked_url`); how
+    far behind it is, said for a log line."""
+    read = server_state(read_conn)
+    primary = server_state(conn)
+    refuse_unless_standby(read, primary, masked_url)
+    return ReplicaLag.between(read, primary).describe()

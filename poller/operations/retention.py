@@ -1,7 +1,7 @@
 """Retention as operators see it: what holds each partition back, and the daemon's retention
 pass run by hand (`outbox prune`)."""
 
-from poller.daemon.process.retention import RetentionPass, retention_pass
+from poller.retention import RetentionPass, retention_pass
 from poller.store.retention_store import (
     MessagePartition,
     PartitionHolder,

@@ -94,10 +94,10 @@ Driving it from a daemon:
 
 from outbox.positions import START, Position
 from poller.subscription.commands import Command, Deliver, Park, ReplayDone, WriteCheckpoint
+from poller.subscription.delivery_outcomes import Outcome, OutcomeKind
 from poller.subscription.envelope import Envelope
 from poller.subscription.key_queues import owner_of
 from poller.subscription.machine import SubscriptionMachine
-from poller.subscription.outcomes import Outcome, OutcomeKind
 from poller.subscription.settings import (
     SETTINGS,
     SETTINGS_BY_NAME,

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 from outbox.positions import START, Position
 from poller.subscription.commands import Command, WriteCheckpoint
+from poller.subscription.delivery_outcomes import Outcome
 from poller.subscription.envelope import Envelope
 from poller.subscription.message_flow import MessageFlow
-from poller.subscription.outcomes import Outcome
 from poller.subscription.settings import SETTINGS_BY_NAME, SubscriptionSettings
 from poller.subscription.tracking import MessageState, TrackedMessage
 

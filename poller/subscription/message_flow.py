@@ -12,9 +12,9 @@ from outbox.positions import START, Position
 from poller.subscription.checkpoint_batching import CheckpointBatcher
 from poller.subscription.commands import Command, Deliver, Park, ReplayDone
 from poller.subscription.consumer_pool import ConsumerPool
+from poller.subscription.delivery_outcomes import Outcome, OutcomeKind
 from poller.subscription.key_queues import KeyQueues
 from poller.subscription.ledger import Ledger
-from poller.subscription.outcomes import Outcome, OutcomeKind
 from poller.subscription.retry_timer import RetryTimer
 from poller.subscription.settings import Strategy, SubscriptionSettings
 from poller.subscription.strict_order import take_in_order

@@ -10,7 +10,7 @@ import pytest
 
 from outbox.positions import Position
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 from poller.store.message_reads import read_batch
 from tests.acceptance.test_tail_command import LineReader, start_plain_tail
 from tests.support.archives import archive_ranges, archived_files

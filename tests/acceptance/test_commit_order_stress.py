@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 import outbox
-from poller import administration
+from poller import operations
 from tests.support.cli import outbox_succeeds
 from tests.support.daemons import create_handled_table, daemon_group, wait_until
 from tests.support.databases import probe
@@ -97,7 +97,7 @@ def test_row_locked_writers_keep_each_accounts_order_through_kills_and_a_reshard
             [ACCOUNTS - 1],
         )
         settings = {"strategy": "pinned", "consumers": 4, "checkpoint_after": 0.2}
-        administration.create(conn, "books", PUBLICATION, "start", settings, shards=2)
+        operations.create(conn, "books", PUBLICATION, "start", settings, shards=2)
     create_handled_table(database_url)
     stop = threading.Event()
     writers = [

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from poller import administration
+from poller import operations
 from tests.support.cli import outbox_command, outbox_succeeds
 from tests.support.daemons import Daemon, DaemonGroup, daemon_group, leader_among, wait_until
 from tests.support.delivery_invariants import (
@@ -120,7 +120,7 @@ def run_with_faults(
     began = time.monotonic()
     run = FaultRun(configured=[8])
     with psycopg.connect(url) as conn:
-        administration.create(conn, SUBSCRIPTION, PUBLICATION, "start", settings(strategy, 8, 4))
+        operations.create(conn, SUBSCRIPTION, PUBLICATION, "start", settings(strategy, 8, 4))
     # A backlog to start with (the daemons were down): every consumer is full at first, so
     # under pinned a full owner holds messages back while the others go past them.
     backlog = KeyedWriter(url, PUBLICATION, keys=1000, cap=BACKLOG, interval=0.0, seed=seed - 1)
@@ -177,7 +177,7 @@ def run_with_faults(
                     )
                 else:
                     with psycopg.connect(url) as conn:
-                        administration.update_settings(conn, SUBSCRIPTION, {"consumers": count})
+                        operations.update_settings(conn, SUBSCRIPTION, {"consumers": count})
                 run.configured.append(count)
                 wait_until(
                     lambda leader=leader, count=count, seen=seen: (
@@ -266,7 +266,7 @@ def test_seek_forward_while_handlers_run_delivers_nothing_read_before_it(
     total, target_index = 3000, 2500
     with psycopg.connect(database_url) as conn:
         # 48 deliveries in flight for 16 handler threads: most of them wait for a thread.
-        administration.create(conn, SUBSCRIPTION, PUBLICATION, "start", settings(strategy, 12, 4))
+        operations.create(conn, SUBSCRIPTION, PUBLICATION, "start", settings(strategy, 12, 4))
     record_subscription_changes(database_url)
     write_keyed_messages(database_url, PUBLICATION, total, keys=200, seed=7)
     order = [m.at for m in committed_messages(database_url, PUBLICATION)]

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from outbox.roles import role_names
-from poller import administration
+from poller import operations
 from poller.daemon.background import DaemonThread
 from poller.daemon.reporting.metrics_collector import BLOCKER_MINIMUM_AGE_SECONDS
 from tests.integration.test_daemon import append, subscribe
@@ -132,11 +132,11 @@ def test_retention_names_the_oldest_holder_of_each_kind_and_how_long_it_held(
         assert parked["parked"][0] == "billing"
 
         # A subscription no daemon runs holds retention: every daemon names it.
-        administration.create(conn, "forgotten", "orders", "start", {})
+        operations.create(conn, "forgotten", "orders", "start", {})
         forgotten = held(collected(database_url, ["billing"]))
         assert forgotten["subscription"][0] == "forgotten"
 
-        administration.delete(conn, "forgotten")
+        operations.delete(conn, "forgotten")
         move_checkpoint(conn, "billing", 250)
         conn.execute("DELETE FROM outbox.parked_messages")
         assert held(collected(database_url, ["billing"])) == {}
@@ -145,7 +145,7 @@ def test_retention_names_the_oldest_holder_of_each_kind_and_how_long_it_held(
 def test_each_leadership_term_started_is_counted_by_shard(database_url: str) -> None:
     subscribe(database_url, "plain")
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sharded", "orders", "start", {}, shards=2)
+        operations.create(conn, "sharded", "orders", "start", {}, shards=2)
     options = with_port()
     port = options.metrics_port
     assert port is not None
@@ -167,8 +167,8 @@ def test_each_leadership_term_started_is_counted_by_shard(database_url: str) -> 
         # A settings change restarts each shard's term (lost sessions need not: a term whose
         # lease is still its own goes on over new connections).
         with psycopg.connect(database_url) as conn:
-            administration.update_settings(conn, "plain", {"max_retry_count": 4})
-            administration.update_settings(conn, "sharded", {"max_retry_count": 4})
+            operations.update_settings(conn, "plain", {"max_retry_count": 4})
+            operations.update_settings(conn, "sharded", {"max_retry_count": 4})
         scraped_when(
             port,
             lambda s: (
@@ -185,7 +185,7 @@ def test_the_poller_role_reads_every_figure(database_url: str) -> None:
     database figure out (outbox_database_up 0)."""
     subscribe(database_url)
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "idle", "orders", "start", {})  # holds retention
+        operations.create(conn, "idle", "orders", "start", {})  # holds retention
     use_small_partitions(database_url, 10)
     append(database_url, 12)
     options = dataclasses.replace(with_port(), retention_interval=3600)

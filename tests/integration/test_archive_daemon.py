@@ -11,10 +11,10 @@ import pytest
 
 import outbox
 from outbox.positions import Position
-from poller import administration
+from poller import operations
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
 from poller.message import Message
+from poller.retention import retention_pass
 from poller.store.message_reads import read_batch
 from tests.integration.test_daemon import EAGER_CHECKPOINTS, Recorder, stored_checkpoint, wait_for
 from tests.support.archives import archive_ranges
@@ -57,9 +57,7 @@ def archived_history(database_url: str, tmp_path: Path) -> list[Message]:
         assert conn.execute("SELECT min(position) FROM outbox.messages").fetchone() == (200,)
         for name, shards in (("late", 1), ("late-sharded", 3)):
             settings = EAGER_CHECKPOINTS | {"consumers": 3, "strategy": "pinned"}
-            assert administration.create(
-                conn, name, "orders", "start", settings, shards=shards
-            ) == (
+            assert operations.create(conn, name, "orders", "start", settings, shards=shards) == (
                 0,
                 0,
             )

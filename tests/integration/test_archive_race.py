@@ -14,7 +14,7 @@ import outbox
 import poller
 from poller.catch_up import stream
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 from poller.store import archived_reads
 from tests.support.archives import archive_ranges
 from tests.support.background import BackgroundLoop

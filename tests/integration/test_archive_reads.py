@@ -15,7 +15,7 @@ from outbox.archive.errors import ArchiveFileError, ArchiveVersionError
 from outbox.archive.layout import VERSION_KEY
 from outbox.positions import Position
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 from poller.store import archived_reads
 from poller.store.message_reads import read_batch
 from tests.support.archives import archive_ranges

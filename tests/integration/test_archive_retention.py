@@ -10,9 +10,9 @@ import psycopg
 import pytest
 
 import poller
-from poller import administration
+from poller import operations
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 from tests.integration.test_shard_metrics import scraped
 from tests.support.archives import archive_ranges
 from tests.support.cli import outbox_succeeds
@@ -134,7 +134,7 @@ def test_subscriptions_start_and_seek_into_archived_history(
     assert mark is not None
     with conn.transaction():
         # `start` is the archive's beginning now, not the retired mark.
-        assert administration.create(conn, "from-start", "orders", "start", {}) == (0, 0)
+        assert operations.create(conn, "from-start", "orders", "start", {}) == (0, 0)
     below = f"{mark[0]}:5"  # a message retired from the table, in the archive
     done = outbox_succeeds(database_url, "seek", "billing", "--to", below)
     assert f"now after {below}" in done

@@ -10,7 +10,7 @@ import pytest
 
 import outbox
 import poller
-from poller import administration, inspection
+from poller import operations
 from poller.message import Message
 from tests.integration.test_daemon import (
     EAGER_CHECKPOINTS,
@@ -93,7 +93,7 @@ def test_the_daemon_delivers_in_commit_order(database_url: str, settings: dict[s
 
 def test_a_sharded_subscription_delivers_in_commit_order(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", EAGER_CHECKPOINTS, shards=3)
+        operations.create(conn, "sub", "orders", "start", EAGER_CHECKPOINTS, shards=3)
     pair = append_through_a_row_lock(database_url)
     recorder = Recorder()
     run_daemon_until(database_url, recorder, lambda: len(recorder.messages) >= 2)
@@ -140,7 +140,7 @@ def test_parked_messages_replay_in_commit_order(database_url: str) -> None:
         wait_for(lambda: stored_checkpoint(database_url) == pair.second)
         healthy["now"] = True
         with psycopg.connect(database_url) as conn:
-            administration.request_replay(conn, "sub")
+            operations.request_replay(conn, "sub")
         wait_for(lambda: len(recorder.messages) >= 4)
     assert delivered_ids(recorder.messages) == pair.message_ids * 2
 
@@ -165,15 +165,15 @@ def test_a_seek_redelivers_them_in_commit_order(database_url: str, seek: str) ->
         wait_for(lambda: stored_checkpoint(database_url) == pair.second)
         with psycopg.connect(database_url) as conn:
             if seek == "start":
-                administration.seek(conn, "sub", "start")
+                operations.seek(conn, "sub", "start")
             elif seek == "message id":
-                administration.seek_to_message(conn, "sub", pair.first_id)
+                operations.seek_to_message(conn, "sub", pair.first_id)
             else:
                 # The older writer started first: Second's appended_at is the earlier one.
                 since = conn.execute("SELECT min(appended_at) FROM outbox.messages").fetchone()
                 assert since is not None
                 assert isinstance(since[0], datetime.datetime)
-                administration.seek_to_time(conn, "sub", since[0])
+                operations.seek_to_time(conn, "sub", since[0])
         wait_for(lambda: len(recorder.messages) >= 4)
     assert delivered_ids(recorder.messages) == pair.message_ids * 2
 
@@ -194,12 +194,12 @@ def test_status_names_a_younger_transaction_that_holds_back_an_older_writers_mes
         outbox.append(older, "orders", "Held", {}, partition_key="k")
         older.commit()
         with psycopg.connect(database_url) as conn:
-            (status,) = inspection.status(conn)
+            (status,) = operations.status(conn)
         assert status.hidden
         assert [blocker.pid for blocker in status.blockers] == [holder.info.backend_pid]
     finally:
         holder.close()
         older.close()
     with psycopg.connect(database_url) as conn:
-        (status,) = inspection.status(conn)
+        (status,) = operations.status(conn)
     assert not status.hidden

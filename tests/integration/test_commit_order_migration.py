@@ -15,7 +15,7 @@ import pytest
 from psycopg import sql
 
 from outbox.schema_migrations import migrations_directory
-from poller import administration
+from poller import operations
 from tests.integration.test_daemon import EAGER_CHECKPOINTS, Recorder, wait_for
 from tests.support.inprocess import running_daemon
 from tests.support.locked_writers import append_through_a_row_lock
@@ -74,12 +74,12 @@ def every_stored_row(url: str) -> dict[str, list[tuple[Any, ...]]]:
 def test_the_upgrade_rewrites_no_stored_row(outbox_before_0017: str) -> None:
     url = outbox_before_0017
     with psycopg.connect(url) as conn:
-        administration.create(conn, "plain", "orders", "start", {})
-        administration.create(conn, "sharded", "orders", "start", {}, shards=3)
-        administration.create(conn, "spark-orders", "orders", "start", {"kind": "spark"})
+        operations.create(conn, "plain", "orders", "start", {})
+        operations.create(conn, "sharded", "orders", "start", {}, shards=3)
+        operations.create(conn, "spark-orders", "orders", "start", {"kind": "spark"})
     pairs = [append_through_a_row_lock(url, tag=str(n)) for n in range(3)]
     with psycopg.connect(url) as conn:
-        administration.seek(conn, "plain", f"{pairs[1].second.transaction_id}:0")
+        operations.seek(conn, "plain", f"{pairs[1].second.transaction_id}:0")
     before = every_stored_row(url)
     upgrade(url)
     assert every_stored_row(url) == before
@@ -96,8 +96,8 @@ def test_daemons_running_across_the_upgrade_deliver_each_message_once(
 ) -> None:
     url = outbox_before_0017
     with psycopg.connect(url) as conn:
-        administration.create(conn, "plain", "orders", "start", EAGER_CHECKPOINTS)
-        administration.create(
+        operations.create(conn, "plain", "orders", "start", EAGER_CHECKPOINTS)
+        operations.create(
             conn, "sharded", "orders", "start", EAGER_CHECKPOINTS | {"strategy": "pinned"}, shards=2
         )
     plain, sharded = Recorder(), Recorder()

@@ -17,7 +17,7 @@ from outbox_console.history import History
 from outbox_console.sampler import Sampler
 from poller import operations
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 from tests.support.cli import outbox_command
 from tests.support.console_client import (
     append_and_park,

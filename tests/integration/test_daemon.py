@@ -11,9 +11,9 @@ import pytest
 
 import outbox
 from outbox.positions import Position
-from poller import administration
+from poller import operations
+from poller.handler_requests import ParkMessage, SkipMessage
 from poller.message import Message
-from poller.outcomes import ParkMessage, SkipMessage
 from tests.support.inprocess import FAST, running_daemon
 
 
@@ -35,12 +35,12 @@ EAGER_CHECKPOINTS = {"checkpoint_after": 0.05, "min_checkpoint_count": 1}
 
 def subscribe(url: str, name: str = "sub", **settings: Any) -> None:
     with psycopg.connect(url) as conn:
-        administration.create(conn, name, "orders", "start", EAGER_CHECKPOINTS | settings)
+        operations.create(conn, name, "orders", "start", EAGER_CHECKPOINTS | settings)
 
 
 def stored_checkpoint(url: str, name: str = "sub") -> Position:
     with psycopg.connect(url) as conn:
-        return administration.get(conn, name).checkpoint
+        return operations.get(conn, name).checkpoint
 
 
 class Recorder:
@@ -94,7 +94,7 @@ def test_a_failing_message_is_retried_then_parked_and_the_stream_goes_on(
         wait_for(lambda: stored_checkpoint(database_url).position >= after[-1])
     assert attempts == [1, 2, 3]
     with psycopg.connect(database_url) as conn:
-        parked = administration.list_parked(conn, "sub", 10)
+        parked = operations.list_parked(conn, "sub", 10)
     assert [(row[0], row[4]) for row in parked] == [(poison, 3)]
     assert "RuntimeError: cannot handle this one" in parked[0][5]
 
@@ -116,12 +116,12 @@ def test_replay_redelivers_parked_messages_without_moving_the_checkpoint(
         checkpoint = stored_checkpoint(database_url)
         healthy["now"] = True
         with psycopg.connect(database_url) as conn:
-            administration.request_replay(conn, "sub")
+            operations.request_replay(conn, "sub")
         wait_for(lambda: recorder.positions().count(poison) == 2)
 
         def unparked() -> bool:
             with psycopg.connect(database_url) as conn:
-                return administration.list_parked(conn, "sub", 10) == []
+                return operations.list_parked(conn, "sub", 10) == []
 
         wait_for(unparked)
         assert stored_checkpoint(database_url) == checkpoint
@@ -142,7 +142,7 @@ def test_a_handler_can_park_or_skip_a_message_on_purpose(database_url: str) -> N
         wait_for(lambda: plain in recorder.positions())
     assert recorder.positions() == [park_me, skip_me, plain]
     with psycopg.connect(database_url) as conn:
-        parked = administration.list_parked(conn, "sub", 10)
+        parked = operations.list_parked(conn, "sub", 10)
     assert [(row[0], row[5]) for row in parked] == [(park_me, "schema version 1 is retired")]
     assert stored_checkpoint(database_url).position == plain
 
@@ -155,7 +155,7 @@ def test_seek_while_running_redelivers_from_the_new_position(database_url: str) 
         wait_for(lambda: len(recorder.positions()) == 5)
         wait_for(lambda: stored_checkpoint(database_url).position == first[-1])
         with psycopg.connect(database_url) as conn:
-            _, epoch = administration.seek(conn, "sub", "start")
+            _, epoch = operations.seek(conn, "sub", "start")
         assert epoch == 1
         wait_for(lambda: len(recorder.positions()) == 10)
         wait_for(lambda: stored_checkpoint(database_url).position == first[-1])
@@ -164,8 +164,8 @@ def test_seek_while_running_redelivers_from_the_new_position(database_url: str) 
 
 def test_two_subscriptions_in_one_process_each_get_their_publication(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "a", "orders", "start", {})
-        administration.create(conn, "b", "payments", "start", {})
+        operations.create(conn, "a", "orders", "start", {})
+        operations.create(conn, "b", "payments", "start", {})
     orders = append(database_url, 3, "orders")
     payments = append(database_url, 2, "payments")
     recorder = Recorder()
@@ -199,7 +199,7 @@ def test_reading_resumes_after_a_seek_empties_a_full_stuck_buffer(database_url: 
     with running_daemon(database_url, ["sub"], recorder):
         wait_for(lambda: recorder.positions() == [stuck[0]])
         with psycopg.connect(database_url) as conn:
-            administration.seek(conn, "sub", "end")
+            operations.seek(conn, "sub", "end")
         time.sleep(1.0)  # a lease renewal brings the seek to the leader
         fresh = append(database_url, 1, partition_key="k")[0]
         wait_for(lambda: fresh in recorder.positions(), timeout=10)

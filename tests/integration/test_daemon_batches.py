@@ -11,8 +11,8 @@ import psycopg
 import outbox
 import poller
 from outbox.positions import Position
+from poller.handler_requests import ParkMessage, RetryMessage
 from poller.message import Message
-from poller.outcomes import ParkMessage, RetryMessage
 from tests.integration.test_daemon import stored_checkpoint, subscribe, wait_for
 from tests.support.inprocess import running_daemon
 

@@ -10,8 +10,8 @@ import pytest
 
 import poller
 from outbox.positions import START
+from poller.handler_requests import DestinationUnavailable
 from poller.message import Message
-from poller.outcomes import DestinationUnavailable
 from tests.integration.test_daemon import append, stored_checkpoint, subscribe, wait_for
 from tests.support.inprocess import running_daemon
 

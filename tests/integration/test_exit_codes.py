@@ -14,7 +14,7 @@ from click.testing import CliRunner
 import outbox
 from outbox_cli.main import cli
 from outbox_cli.settings import command_line_settings
-from poller import administration
+from poller import operations
 from tests.support.cli import outbox_environment
 from tests.support.databases import DatabaseFactory
 
@@ -93,7 +93,7 @@ def database_url(database_factory: DatabaseFactory) -> Iterator[str]:
 def run(database_url: str) -> Iterator[Invoke]:
     with psycopg.connect(database_url) as conn:
         position = outbox.append(conn, "orders", "OrderPlaced", {}, message_id="m-0")
-        administration.create(conn, "billing", "orders", "end", {})
+        operations.create(conn, "billing", "orders", "end", {})
         conn.execute(
             "INSERT INTO outbox.parked_messages"
             " (subscription_id, position, transaction_id, attempts, last_error)"

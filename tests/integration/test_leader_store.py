@@ -11,7 +11,7 @@ import pytest
 
 import outbox
 from outbox.positions import Position
-from poller import administration
+from poller import operations
 from poller.store.leader_store import LeaderStore, try_acquire
 from poller.store.message_reads import read_batch
 from poller.store.records import Lease
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.asyncio
 
 def prepare(url: str) -> Any:
     with psycopg.connect(url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {})
+        operations.create(conn, "sub", "orders", "start", {})
         outbox.append(conn, "orders", "T", {})
         # Other tests' transactions on this server hold the safe frontier back a moment.
         deadline = time.monotonic() + 30
@@ -47,7 +47,7 @@ def parked_rows(url: str) -> list[tuple[Any, ...]]:
 
 def request_replay(url: str) -> None:
     with psycopg.connect(url) as conn:
-        administration.request_replay(conn, "sub")
+        operations.request_replay(conn, "sub")
 
 
 async def test_a_former_leader_writes_nothing_after_a_takeover(database_url: str) -> None:
@@ -90,7 +90,7 @@ async def test_a_write_issued_before_a_seek_is_refused_after_it(database_url: st
     message = prepare(database_url)
     store, _ = await leader(database_url, "outbox-poller:only")
     with psycopg.connect(database_url) as conn:
-        _, epoch = administration.seek(conn, "sub", "start")
+        _, epoch = operations.seek(conn, "sub", "start")
     assert epoch == 1
 
     # Issued in epoch 0 and moving forward: exactly the write that once undid a seek.
@@ -100,7 +100,7 @@ async def test_a_write_issued_before_a_seek_is_refused_after_it(database_url: st
     request_replay(database_url)
     (replay,) = await store.replay_requests()
     with psycopg.connect(database_url) as conn:
-        administration.seek(conn, "sub", "start")
+        operations.seek(conn, "sub", "start")
     assert await store.repark_replayed(replay, 1, "a replay outlives seeks") == 3
     assert await store.write_checkpoint(2, message.at, {})
 
@@ -154,6 +154,6 @@ async def test_a_replay_purged_while_it_runs_is_not_parked_again(database_url: s
     request_replay(database_url)
     (replay,) = await store.replay_requests()
     with psycopg.connect(database_url) as conn:
-        assert administration.purge_parked(conn, "sub") == 1
+        assert operations.purge_parked(conn, "sub") == 1
     assert await store.repark_replayed(replay, 1, "failed again") is None
     assert parked_rows(database_url) == []

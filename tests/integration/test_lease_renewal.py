@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import outbox
-from poller import administration
+from poller import operations
 from poller.daemon.options import DaemonOptions
 from poller.membership import ShardUnit
 from poller.message import Message
@@ -55,7 +55,7 @@ async def test_one_statement_renews_every_lease_still_held_and_no_other(
     database_url: str,
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, 4)
+        operations.create(conn, "sub", "orders", "start", {}, 4)
     async with (
         await psycopg.AsyncConnection.connect(
             database_url, autocommit=True, application_name=HOLDER
@@ -101,7 +101,7 @@ async def test_a_process_that_left_renews_its_leases_but_not_its_membership(
     database_url: str,
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, 4)
+        operations.create(conn, "sub", "orders", "start", {}, 4)
     async with await psycopg.AsyncConnection.connect(
         database_url, autocommit=True, application_name=HOLDER
     ) as conn:
@@ -111,7 +111,7 @@ async def test_a_process_that_left_renews_its_leases_but_not_its_membership(
         assert renewal.leases[UNITS[0], token] is not None
         assert stored(database_url, "SELECT member FROM outbox.subscription_members") == []
         with psycopg.connect(database_url, autocommit=True) as admin:
-            administration.delete(admin, "sub")
+            operations.delete(admin, "sub")
         assert await renew(conn, [HeldLease(UNITS[0], token)]) is None
 
 
@@ -123,9 +123,7 @@ def test_leases_outlast_handler_work_that_holds_the_event_loop_longer(database_u
     delivered twice. Before, each term renewed on the loop: the fences lapsed, the terms
     ended, the leases were taken again and messages were handled again."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(
-            conn, "sub", "orders", "start", {"strategy": "pinned", "consumers": 1}, 4
-        )
+        operations.create(conn, "sub", "orders", "start", {"strategy": "pinned", "consumers": 1}, 4)
         with conn.transaction():  # read at once: each shard's messages make one long run
             for n in range(MESSAGES):
                 outbox.append(conn, "orders", "T", {"n": n}, partition_key=f"key-{n}")

@@ -11,10 +11,10 @@ import pytest
 
 import outbox
 from outbox.positions import Position
-from poller import administration
+from poller import operations
+from poller.handler_requests import ParkMessage
 from poller.membership import Layout, ShardUnit
 from poller.message import Message
-from poller.outcomes import ParkMessage
 from poller.store.leader_store import LeaderStore, try_acquire
 from poller.store.records import Lease
 from tests.integration.test_daemon import Recorder, wait_for
@@ -39,7 +39,7 @@ def parked(url: str, count: int, *, shards: int = 1) -> list[Position]:
     at = [Position(*row) for row in rows]
     with psycopg.connect(url) as conn:
         settings = {"checkpoint_after": 0.05, "min_checkpoint_count": 1}
-        administration.create(conn, "sub", "orders", str(max(at)), settings, shards)
+        operations.create(conn, "sub", "orders", str(max(at)), settings, shards)
         for place in at:
             conn.execute(
                 "INSERT INTO outbox.parked_messages"
@@ -52,13 +52,13 @@ def parked(url: str, count: int, *, shards: int = 1) -> list[Position]:
 
 def parked_positions(url: str) -> list[int]:
     with psycopg.connect(url) as conn:
-        return [row[0] for row in administration.list_parked(conn, "sub", 100)]
+        return [row[0] for row in operations.list_parked(conn, "sub", 100)]
 
 
 def request_replay(url: str, at: str | None = None, message_id: str | None = None) -> Any:
     with psycopg.connect(url) as conn:
-        target = administration.parked_target(conn, "sub", at, message_id)
-        return administration.request_replay(conn, "sub", target)
+        target = operations.parked_target(conn, "sub", at, message_id)
+        return operations.request_replay(conn, "sub", target)
 
 
 def test_a_replay_asked_while_no_daemon_runs_is_carried_out_by_the_next_leader(
@@ -90,7 +90,7 @@ def test_a_replay_in_flight_outlives_a_seek(database_url: str) -> None:
         request_replay(database_url)
         assert entered.wait(15)
         with psycopg.connect(database_url) as conn:
-            administration.seek(conn, "sub", "end")  # a new epoch while the replay runs
+            operations.seek(conn, "sub", "end")  # a new epoch while the replay runs
         release.set()
         wait_for(lambda: parked_positions(database_url) == [])
     assert replays == [poison.position]
@@ -112,8 +112,8 @@ def test_a_purge_during_a_replay_wins_over_the_replay_failing_again(
         request_replay(database_url, f"{poison.transaction_id}:{poison.position}")
         assert entered.wait(15)
         with psycopg.connect(database_url) as conn:
-            target = administration.parked_target(conn, "sub", None, "m-0")
-            assert administration.purge_parked(conn, "sub", target) == 1
+            target = operations.parked_target(conn, "sub", None, "m-0")
+            assert operations.purge_parked(conn, "sub", target) == 1
         release.set()
         # The failed replay would park it again: the leader says why it does not.
         wait_for(lambda: "was purged while it was replayed; not parked again" in caplog.text)

@@ -9,7 +9,7 @@ from collections import defaultdict
 import psycopg
 
 import outbox
-from poller import administration
+from poller import operations
 from poller.daemon.options import DaemonOptions
 from poller.daemon.process.subscription_connections import CONNECTIONS_PER_SUBSCRIPTION
 from poller.message import Message
@@ -45,7 +45,7 @@ def test_64_shards_in_one_process_hold_a_few_connections_and_deliver_in_order(
     database_url: str,
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(
+        operations.create(
             conn, "sub", "orders", "start", {"strategy": "pinned", "consumers": 8}, SHARDS
         )
     recorder = Recorder()

@@ -16,7 +16,7 @@ from sqlalchemy import NullPool, create_engine
 
 import outbox
 from outbox.positions import Position
-from poller import administration
+from poller import operations
 from poller.message import Message
 from poller.store.rebase_store import RebaseRefusedError, rebase
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored
@@ -55,7 +55,7 @@ def test_rebase_resumes_delivery_with_nothing_lost_or_repeated(database_url: str
         )
         ensure_not_restored(conn, "sub")
         after = _messages(conn)
-        record = administration.get(conn, "sub")
+        record = operations.get(conn, "sub")
         parked = conn.execute(
             "SELECT p.transaction_id = m.transaction_id FROM outbox.parked_messages AS p"
             " JOIN outbox.messages AS m USING (position)"
@@ -130,7 +130,7 @@ def test_messages_written_here_in_a_subtransaction_follow_the_restored_ones(
         assert result is not None
         assert (result.restored_ids, result.written_here_ids) == (len(set(OLD_IDS)), 3)
         after = _messages(conn)
-        record = administration.get(conn, "sub")
+        record = operations.get(conn, "sub")
     assert [position for _, position in after] == old_order + written_here
     # Behind the checkpoint they would never be delivered.
     assert all(Position(*row) > record.checkpoint for row in after[-3:])
@@ -157,7 +157,7 @@ def test_messages_written_before_the_counter_passed_the_restored_ids_are_refused
         with pytest.raises(RebaseRefusedError) as refused:
             rebase(conn)
         assert _messages(conn) == before
-        assert administration.get(conn, "sub").epoch == 0
+        assert operations.get(conn, "sub").epoch == 0
     assert str(refused.value).startswith(
         f"3 messages written in this cluster since the restore (positions {written_here[0]} to"
         f" {written_here[-1]}) have transaction ids below restored ones"
@@ -204,7 +204,7 @@ def _restored_outbox(url: str, ahead: int = AHEAD) -> tuple[list[int], Position]
 
 def test_rebase_is_refused_while_a_daemon_leads_and_changes_nothing(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", {})
+        operations.create(conn, "sub", "orders", "start", {})
         outbox.append(conn, "orders", "T", {})
         before = _messages(conn)
     seen: list[int] = []
@@ -217,12 +217,12 @@ def test_rebase_is_refused_while_a_daemon_leads_and_changes_nothing(database_url
             rebase(conn)
     with psycopg.connect(database_url) as conn:
         assert _messages(conn) == before
-        assert administration.get(conn, "sub").epoch == 0
+        assert operations.get(conn, "sub").epoch == 0
 
 
 def test_rebase_of_a_database_never_restored_changes_nothing(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", {})
+        operations.create(conn, "sub", "orders", "start", {})
         for n in range(3):
             outbox.append(conn, "orders", "T", {"n": n})
             conn.commit()
@@ -230,7 +230,7 @@ def test_rebase_of_a_database_never_restored_changes_nothing(database_url: str) 
     with psycopg.connect(database_url, autocommit=True) as conn:
         assert rebase(conn) is None
         assert _messages(conn) == before
-        assert administration.get(conn, "sub").epoch == 0
+        assert operations.get(conn, "sub").epoch == 0
 
 
 def _sharded_subscription(
@@ -322,7 +322,7 @@ def test_rebase_rewrites_shard_checkpoints_and_barriers_with_their_messages(
 
 def test_rebase_is_refused_while_a_daemon_leads_a_shard_and_names_it(database_url: str) -> None:
     with psycopg.connect(database_url, autocommit=True, application_name="shard-holder") as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=2)
+        operations.create(conn, "sub", "orders", "start", {}, shards=2)
         conn.execute(
             "INSERT INTO outbox.subscription_leaders"
             " (subscription_id, shard_count, shard, token, holder, host, pid, since, expires_at)"

@@ -21,7 +21,7 @@ from psycopg import sql
 import outbox
 from outbox import schema_migrations as migrations
 from outbox.roles import role_names
-from poller import administration
+from poller import operations
 from poller.message import Message
 from poller.store.rebase_store import rebase
 from tests.support.cli import outbox_command
@@ -125,7 +125,7 @@ def _old_outbox(url: str) -> tuple[list[int], int]:
             [order[delivered - 1]],
         ).fetchone()
         assert at is not None
-        administration.create(conn, "sub", "orders", f"{at[0]}:{at[1]}", {})
+        operations.create(conn, "sub", "orders", f"{at[0]}:{at[1]}", {})
         conn.execute(
             "INSERT INTO outbox.parked_messages"
             " (subscription_id, position, transaction_id, attempts, last_error)"
@@ -167,7 +167,7 @@ def test_a_restored_database_is_refused_until_rebased_then_delivers_everything_o
     assert "used up" in done.stdout  # the fresh cluster had too few ids for the rewrite
     with psycopg.connect(restored) as conn:
         assert _delivery_order(conn) == order + written_here
-        assert [row[0] for row in administration.list_parked(conn, "sub", 10)] == [order[10]]
+        assert [row[0] for row in operations.list_parked(conn, "sub", 10)] == [order[10]]
 
     seen: list[Message] = []
     lock = threading.Lock()

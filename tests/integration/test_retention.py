@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 from poller.store import retention_store
 from tests.support.partitions import (
     billing_over_three_partitions,

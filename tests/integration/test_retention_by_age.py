@@ -10,7 +10,7 @@ import pytest
 
 import outbox
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 from poller.store import retention_store
 from tests.support.partitions import move_checkpoint, partition_names, positions
 

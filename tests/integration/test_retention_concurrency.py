@@ -12,7 +12,7 @@ import outbox
 from outbox import NewMessage
 from outbox.queries import QUERIES
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 from tests.support.partitions import use_small_partitions
 
 SIZE = 150

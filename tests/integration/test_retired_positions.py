@@ -9,10 +9,10 @@ import psycopg
 import pytest
 
 import poller
-from poller import administration
+from poller import operations
 from poller.catch_up import stream
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
+from poller.retention import retention_pass
 from tests.support.cli import outbox_command
 from tests.support.partitions import (
     billing_over_three_partitions,
@@ -118,10 +118,10 @@ def test_create_and_seek_below_the_mark_are_refused(
     below = at(conn, 5)
     mark = retire_up_to_150(conn)
     with (
-        pytest.raises(administration.SubscriptionError, match=f"up to {mark} were retired"),
+        pytest.raises(operations.SubscriptionError, match=f"up to {mark} were retired"),
         conn.transaction(),
     ):
-        administration.create(conn, "late", "orders", str(below), {})
+        operations.create(conn, "late", "orders", str(below), {})
     done = outbox_command(["seek", "billing", "--to", str(below)], database_url)
     assert done.returncode == 1, done
     assert done.stderr.count("\n") == 1, done.stderr  # one line, no traceback
@@ -140,5 +140,5 @@ def test_start_goes_to_the_mark_and_says_so(
     assert f"now after {mark}" in done.stdout
     assert f"up to {mark} were retired by retention; starting after them" in done.stderr
     with caplog.at_level(logging.WARNING), conn.transaction():
-        assert administration.create(conn, "fresh", "orders", "start", {}) == mark
+        assert operations.create(conn, "fresh", "orders", "start", {}) == mark
     assert f"up to {mark} were retired" in caplog.text

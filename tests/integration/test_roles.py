@@ -19,10 +19,10 @@ import poller
 from outbox import schema_migrations as migrations
 from outbox.queries import QUERIES
 from outbox.roles import role_names
-from poller import administration
+from poller import operations
+from poller.handler_requests import ParkMessage
 from poller.message import Message
-from poller.outcomes import ParkMessage
-from poller.shard_administration import change_shard_count
+from poller.operations import change_shard_count
 from tests.support.cli import outbox_command, outbox_environment
 from tests.support.databases import PROJECT_ROOT, DatabaseFactory
 from tests.support.inprocess import running_daemon
@@ -62,7 +62,7 @@ def refused(url: str, statement: str, params: dict[str, Any] | None = None) -> b
 
 def subscribe(url: str, name: str = "sub", **settings: Any) -> None:
     with psycopg.connect(url) as conn:
-        administration.create(conn, name, "orders", "start", settings)
+        operations.create(conn, name, "orders", "start", settings)
 
 
 def test_a_writer_appends_with_or_without_ids_and_a_repeat_returns_the_first_position(
@@ -148,9 +148,9 @@ def test_a_poller_delivers_parks_checkpoints_and_leads(database_url: str, poller
                 "SELECT l.token, a.usename FROM outbox.subscription_leaders AS l"
                 " JOIN pg_stat_activity AS a ON a.application_name = l.holder"
             ).fetchone()
-            parked = administration.list_parked(conn, "sub", 10)
+            parked = operations.list_parked(conn, "sub", 10)
             # A replay deletes the parked row once re-delivered: the poller's DELETE.
-            administration.request_replay(conn, "sub")
+            operations.request_replay(conn, "sub")
         assert lease is not None
         assert lease[1] == conninfo_to_dict(poller_url)["user"]
         assert [row[0] for row in parked] == [poison]
@@ -165,7 +165,7 @@ def test_a_poller_leads_shards_and_ends_a_change_of_their_count(
     the old shards' rows, its UPDATE of the change's columns) are all the poller's."""
     settings = {"checkpoint_after": 0.05, "min_checkpoint_count": 1}
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", settings, shards=2)
+        operations.create(conn, "sub", "orders", "start", settings, shards=2)
         first = [outbox.append(conn, "orders", "T", {}, partition_key=f"k{n}") for n in range(8)]
     delivered: set[int] = set()
 
@@ -213,7 +213,7 @@ def test_a_poller_applies_and_clears_a_skip_request(database_url: str, poller_ur
             (positions[1],),
         ).fetchone()
         assert skip_to is not None
-        administration.request_skip(conn, "sub", skip_to[0])
+        operations.request_skip(conn, "sub", skip_to[0])
     delivered: list[int] = []
 
     with running_daemon(poller_url, ["sub"], lambda message: delivered.append(message.position)):
@@ -221,7 +221,7 @@ def test_a_poller_applies_and_clears_a_skip_request(database_url: str, poller_ur
 
         def cleared() -> bool:
             with psycopg.connect(database_url) as conn:
-                return administration.skip_request(conn, "sub") is None
+                return operations.skip_request(conn, "sub") is None
 
         # Clearing the request is the poller's UPDATE of the skip columns.
         wait_for(cleared)
@@ -237,7 +237,7 @@ def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
 
 def _checkpoint_position(url: str) -> int:
     with psycopg.connect(url) as conn:
-        return administration.get(conn, "sub").checkpoint.position
+        return operations.get(conn, "sub").checkpoint.position
 
 
 @pytest.mark.parametrize(
@@ -411,7 +411,7 @@ def test_a_reader_and_a_poller_run_the_inspection_commands(
     """The poller's login is often the one an operator has at hand on the daemon's machine."""
     subscribe(database_url)
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sharded", "orders", "start", {}, shards=3)
+        operations.create(conn, "sharded", "orders", "start", {}, shards=3)
         outbox.append(conn, "orders", "OrderPlaced", {})  # retention's holder is named
     done = outbox_command(command, request.getfixturevalue(role))
     assert done.returncode == 0, f"outbox {' '.join(command)}:\n{done.stdout}{done.stderr}"

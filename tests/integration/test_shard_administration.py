@@ -12,8 +12,8 @@ import pytest
 import outbox
 from outbox.positions import MAX_PART, START, Position
 from outbox.shards import message_shard
-from poller import administration, inspection, shard_administration
-from poller.administration import SubscriptionError
+from poller import operations
+from poller.operations import SubscriptionError
 from poller.store.shard_store import SHARD_ADMIN_QUERIES, ShardLeadership
 from tests.integration.test_query_plan import plan_nodes
 
@@ -83,8 +83,8 @@ def test_create_with_shards_starts_every_shard_at_the_subscription_start(
 ) -> None:
     first = append(database_url)
     with psycopg.connect(database_url) as conn:
-        at = administration.create(conn, "plain", "orders", "start", {})
-        sharded_at = administration.create(conn, "sharded", "orders", str(first), {}, shards=4)
+        at = operations.create(conn, "plain", "orders", "start", {})
+        sharded_at = operations.create(conn, "sharded", "orders", str(first), {}, shards=4)
         assert (at, sharded_at) == (START, first)
         assert shard_rows(conn, "plain") == []
         assert subscription_row(conn, "plain")[3:5] == (1, None)
@@ -98,11 +98,11 @@ def test_a_shard_count_out_of_range_is_refused_before_anything_is_written(
 ) -> None:
     with psycopg.connect(database_url) as conn:
         with pytest.raises(SubscriptionError, match=f"--shards {shards} is not a shard count"):
-            administration.create(conn, "sub", "orders", "start", {}, shards=shards)
-        assert administration.list_all(conn) == []
-        administration.create(conn, "sub", "orders", "start", {})
+            operations.create(conn, "sub", "orders", "start", {}, shards=shards)
+        assert operations.list_all(conn) == []
+        operations.create(conn, "sub", "orders", "start", {})
         with pytest.raises(SubscriptionError, match=f"--shards {shards} is not a shard count"):
-            shard_administration.change_shard_count(conn, "sub", shards)
+            operations.change_shard_count(conn, "sub", shards)
         assert shard_rows(conn, "sub") == []
 
 
@@ -114,14 +114,14 @@ def test_a_change_puts_the_barrier_after_every_transaction_older_than_it(
     A message of an older transaction is before it even when it commits after the change, so
     the old shards deliver it; one written after the change is after it."""
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", {})
+        operations.create(conn, "sub", "orders", "start", {})
     backlog = [append(database_url, key=f"customer-{n}") for n in range(5)]
     with psycopg.connect(database_url) as holder:
         [(holder_id,)] = holder.execute("SELECT pg_current_xact_id()::text::bigint").fetchall()
         hidden = append(database_url, key="customer-hidden")  # behind the holder's frontier
         with psycopg.connect(database_url) as conn:
             [(own,)] = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchall()
-            change = shard_administration.change_shard_count(conn, "sub", 2)  # a savepoint
+            change = operations.change_shard_count(conn, "sub", 2)  # a savepoint
             conn.commit()
             barrier = Position(own - 1, MAX_PART)
             assert change == (1, 2, barrier)
@@ -129,7 +129,7 @@ def test_a_change_puts_the_barrier_after_every_transaction_older_than_it(
             assert shard_rows(conn, "sub") == [(1, 0, START), (2, 0, barrier), (2, 1, barrier)]
             # The floor stays; the change is stored whole; the epoch does not move.
             assert subscription_row(conn, "sub")[:7] == (*START, 0, 2, 1, *barrier)
-            record = administration.get(conn, "sub")
+            record = operations.get(conn, "sub")
         late = outbox.append(holder, "orders", "T", {}, partition_key="customer-late")
         holder.commit()
     assert Position(holder_id, late) < barrier
@@ -147,13 +147,13 @@ def test_the_barrier_is_never_behind_a_shard_checkpoint(database_url: str) -> No
     end = Position(backlog[-1].transaction_id + 1, MAX_PART)
     further = Position(backlog[-1].transaction_id + 1000, 7)
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=4)
-        administration.create(conn, "other", "orders", "start", {}, shards=2)
+        operations.create(conn, "sub", "orders", "start", {}, shards=4)
+        operations.create(conn, "other", "orders", "start", {}, shards=2)
         set_shard_checkpoint(conn, "sub", 4, 2, end)
         set_shard_checkpoint(conn, "sub", 4, 1, backlog[1])
         set_shard_checkpoint(conn, "other", 2, 1, further)
         conn.commit()
-        change = shard_administration.change_shard_count(conn, "sub", 1)
+        change = operations.change_shard_count(conn, "sub", 1)
         assert change.barrier is not None
         assert (change.previous, change.shard_count) == (4, 1)
         assert end < change.barrier
@@ -165,7 +165,7 @@ def test_the_barrier_is_never_behind_a_shard_checkpoint(database_url: str) -> No
             (4, 3, START),
         ]
         assert subscription_row(conn, "sub")[3:7] == (1, 4, *change.barrier)
-        assert shard_administration.change_shard_count(conn, "other", 3).barrier == further
+        assert operations.change_shard_count(conn, "other", 3).barrier == further
 
 
 def test_a_second_change_while_one_drains_is_refused_and_changes_nothing(
@@ -173,12 +173,12 @@ def test_a_second_change_while_one_drains_is_refused_and_changes_nothing(
 ) -> None:
     append(database_url)
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=4)
-        shard_administration.change_shard_count(conn, "sub", 2)
+        operations.create(conn, "sub", "orders", "start", {}, shards=4)
+        operations.change_shard_count(conn, "sub", 2)
         conn.commit()
         before = (subscription_row(conn, "sub"), shard_rows(conn, "sub"))
         with pytest.raises(SubscriptionError) as refused:
-            shard_administration.change_shard_count(conn, "sub", 8)
+            operations.change_shard_count(conn, "sub", 8)
         conn.rollback()
         assert (subscription_row(conn, "sub"), shard_rows(conn, "sub")) == before
     message = str(refused.value)
@@ -188,37 +188,37 @@ def test_a_second_change_while_one_drains_is_refused_and_changes_nothing(
 
 def test_the_same_count_changes_nothing_even_while_draining(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=4)
+        operations.create(conn, "sub", "orders", "start", {}, shards=4)
         before = (subscription_row(conn, "sub"), shard_rows(conn, "sub"))
-        assert shard_administration.change_shard_count(conn, "sub", 4) == (4, 4, None)
+        assert operations.change_shard_count(conn, "sub", 4) == (4, 4, None)
         assert (subscription_row(conn, "sub"), shard_rows(conn, "sub")) == before
-        shard_administration.change_shard_count(conn, "sub", 3)
+        operations.change_shard_count(conn, "sub", 3)
         draining = (subscription_row(conn, "sub"), shard_rows(conn, "sub"))
-        assert shard_administration.change_shard_count(conn, "sub", 3).barrier is None
+        assert operations.change_shard_count(conn, "sub", 3).barrier is None
         assert (subscription_row(conn, "sub"), shard_rows(conn, "sub")) == draining
 
 
 def test_a_spark_querys_subscription_has_no_shards(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "query", "orders", "start", {"kind": "spark"})
+        operations.create(conn, "query", "orders", "start", {"kind": "spark"})
         with pytest.raises(SubscriptionError, match="records a spark query's progress"):
-            shard_administration.change_shard_count(conn, "query", 2)
+            operations.change_shard_count(conn, "query", 2)
         assert shard_rows(conn, "query") == []
         with pytest.raises(SubscriptionError, match="'nope' does not exist"):
-            shard_administration.change_shard_count(conn, "nope", 2)
+            operations.change_shard_count(conn, "nope", 2)
 
 
 def test_seek_is_refused_while_a_change_drains(database_url: str) -> None:
     append(database_url)
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", {})
-        shard_administration.change_shard_count(conn, "sub", 3)
+        operations.create(conn, "sub", "orders", "start", {})
+        operations.change_shard_count(conn, "sub", 3)
         conn.commit()
         before = (subscription_row(conn, "sub"), shard_rows(conn, "sub"))
         long_ago = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
         for seek in (
-            lambda: administration.seek(conn, "sub", "end"),
-            lambda: administration.seek_to_time(conn, "sub", long_ago),
+            lambda: operations.seek(conn, "sub", "end"),
+            lambda: operations.seek_to_time(conn, "sub", long_ago),
         ):
             with pytest.raises(SubscriptionError, match="cannot seek 'sub': a change"):
                 seek()
@@ -229,15 +229,15 @@ def test_seek_is_refused_while_a_change_drains(database_url: str) -> None:
 def test_seek_moves_every_shard_with_the_floor_and_raises_the_epoch(database_url: str) -> None:
     backlog = [append(database_url, key=f"customer-{n}") for n in range(3)]
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=3)
+        operations.create(conn, "sub", "orders", "start", {}, shards=3)
         set_shard_checkpoint(conn, "sub", 3, 1, backlog[2])
-        at, epoch = administration.seek(conn, "sub", str(backlog[0]))
+        at, epoch = operations.seek(conn, "sub", str(backlog[0]))
         assert (at, epoch) == (backlog[0], 1)
         assert shard_rows(conn, "sub") == [(3, shard, backlog[0]) for shard in range(3)]
         assert subscription_row(conn, "sub")[:3] == (*backlog[0], 1)
         # A plain subscription has no shard rows, and a seek makes none.
-        administration.create(conn, "plain", "orders", "start", {})
-        administration.seek(conn, "plain", "end")
+        operations.create(conn, "plain", "orders", "start", {})
+        operations.seek(conn, "plain", "end")
         assert shard_rows(conn, "plain") == []
 
 
@@ -246,10 +246,10 @@ def test_skip_of_a_sharded_subscription_is_stored_for_every_shard_leader(
 ) -> None:
     backlog = [append(database_url, key=f"customer-{n}") for n in range(3)]
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=2)
-        requested = administration.request_skip(conn, "sub", str(backlog[1]))
+        operations.create(conn, "sub", "orders", "start", {}, shards=2)
+        requested = operations.request_skip(conn, "sub", str(backlog[1]))
         assert (requested.requested, requested.pending) == (backlog[1], backlog[1])
-        skip = administration.skip_request(conn, "sub")
+        skip = operations.skip_request(conn, "sub")
         assert skip is not None
         assert skip.to == backlog[1]
         assert shard_rows(conn, "sub") == [(2, 0, START), (2, 1, START)]
@@ -262,14 +262,14 @@ def test_the_shard_view_counts_each_shards_own_messages(database_url: str) -> No
     keys = [f"customer-{n}" for n in range(12)] + [None, None]
     backlog = [append(database_url, key=key) for key in keys]
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "plain", "orders", "start", {})
-        administration.create(conn, "sharded", "orders", "start", {}, shards=3)
+        operations.create(conn, "plain", "orders", "start", {})
+        operations.create(conn, "sharded", "orders", "start", {}, shards=3)
         set_shard_checkpoint(conn, "sharded", 3, 0, backlog[5])
         lead(conn, "sharded", 3, 1, alive=True)
         lead(conn, "sharded", 3, 2, alive=False)
         conn.commit()
 
-        (plain,) = inspection.shards(conn, "plain")
+        (plain,) = operations.shards(conn, "plain")
         assert (plain.unit, plain.draining, plain.checkpoint) == ((1, 0), False, START)
         assert (plain.messages_behind, plain.leader_host, plain.leader_alive) == (14, None, False)
 
@@ -281,7 +281,7 @@ def test_the_shard_view_counts_each_shards_own_messages(database_url: str) -> No
             )
 
         last = backlog[-1]
-        shards = inspection.shards(conn, "sharded")
+        shards = operations.shards(conn, "sharded")
         assert [(s.unit, s.checkpoint, s.messages_behind) for s in shards] == [
             ((3, 0), backlog[5], behind(3, 0, backlog[5], last)),
             ((3, 1), START, behind(3, 1, START, last)),
@@ -294,12 +294,12 @@ def test_the_shard_view_counts_each_shards_own_messages(database_url: str) -> No
             ("worker-host", 4242, False),
         ]
 
-        barrier = shard_administration.change_shard_count(conn, "sharded", 2).barrier
+        barrier = operations.change_shard_count(conn, "sharded", 2).barrier
         assert barrier is not None
         assert last < barrier
         more = append(database_url, key="customer-0")
         conn.commit()
-        draining = inspection.shards(conn, "sharded")
+        draining = operations.shards(conn, "sharded")
         assert [(s.unit, s.draining) for s in draining] == [
             ((3, 0), True),
             ((3, 1), True),
@@ -321,20 +321,20 @@ def test_the_shard_view_counts_each_shards_own_messages(database_url: str) -> No
 
 def test_status_counts_the_shards_a_live_process_leads(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "plain", "orders", "start", {})
-        administration.create(conn, "sharded", "orders", "start", {}, shards=4)
+        operations.create(conn, "plain", "orders", "start", {})
+        operations.create(conn, "sharded", "orders", "start", {}, shards=4)
         lead(conn, "plain", 1, 0, alive=True)
         for shard, alive in enumerate([True, True, True, False]):
             lead(conn, "sharded", 4, shard, alive=alive)
         conn.commit()
-        assert {row.subscription: row.shards for row in inspection.status(conn)} == {
+        assert {row.subscription: row.shards for row in operations.status(conn)} == {
             "plain": ShardLeadership(1, None, 1, 0),
             "sharded": ShardLeadership(4, None, 3, 0),
         }
-        shard_administration.change_shard_count(conn, "sharded", 2)
+        operations.change_shard_count(conn, "sharded", 2)
         lead(conn, "sharded", 2, 0, alive=True)
         conn.commit()
-        (_, sharded) = inspection.status(conn)
+        (_, sharded) = operations.status(conn)
         assert sharded.shards == ShardLeadership(2, 4, 1, 3)
 
 
@@ -343,7 +343,7 @@ def test_counting_the_led_shards_reads_no_message(database_url: str) -> None:
     whose per-shard backlog count hashes every key after each checkpoint: the planner must
     drop that join, which the count does not name."""
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=4)
+        operations.create(conn, "sub", "orders", "start", {}, shards=4)
         row = conn.execute(
             "EXPLAIN (FORMAT JSON) " + SHARD_ADMIN_QUERIES["shard_leaders"]
         ).fetchone()

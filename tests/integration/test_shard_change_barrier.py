@@ -10,9 +10,9 @@ import pytest
 
 import outbox
 from outbox.positions import START, Position
-from poller import administration
+from poller import operations
 from poller.membership import ShardUnit
-from poller.shard_administration import change_shard_count
+from poller.operations import change_shard_count
 from tests.integration.test_shard_leaders import append_safely, leader, stored
 
 pytestmark = pytest.mark.asyncio
@@ -38,7 +38,7 @@ async def test_a_term_begun_before_a_change_reads_and_checkpoints_no_further_tha
     checkpoint must stop there, or the end of the change passes with the new shards about to
     deliver what it delivered past the barrier."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=old_count)
+        operations.create(conn, "sub", "orders", "start", {}, shards=old_count)
     before = append_safely(database_url, 40)
     old = [await leader(database_url, ShardUnit(old_count, s)) for s in range(old_count)]
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -67,7 +67,7 @@ async def test_a_plain_terms_checkpoint_after_a_change_is_where_its_successor_st
     shard a row of its own. The term that delivered on after the change must write there, or
     its bounded successor starts behind what it finished and delivers it again."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {})
+        operations.create(conn, "sub", "orders", "start", {})
     positions = append_safely(database_url, 30)
     plain = await leader(database_url, ShardUnit(1, 0), "outbox-poller:plain")
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -89,7 +89,7 @@ async def test_a_writer_older_than_the_change_that_commits_during_it_is_the_old_
     before the change is seen: a term of the old layout reads it then, unbounded. So it must
     lie at or before the barrier, or the new shards deliver it again."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=2)
+        operations.create(conn, "sub", "orders", "start", {}, shards=2)
     append_safely(database_url, 10)
     old = [await leader(database_url, ShardUnit(2, s)) for s in range(2)]
     with psycopg.connect(database_url) as writer, psycopg.connect(database_url) as changer:
@@ -123,7 +123,7 @@ async def test_a_change_ends_only_after_every_transaction_older_than_it(
     the barrier). An older writer that appends after the change committed is ordered after the
     change (commit order, docs/architecture.md), so past the barrier: the new shards'."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=2)
+        operations.create(conn, "sub", "orders", "start", {}, shards=2)
     append_safely(database_url, 10)
     with psycopg.connect(database_url) as early, psycopg.connect(database_url) as later:
         early.execute("SELECT pg_current_xact_id()")  # both older than the change

@@ -14,10 +14,10 @@ from collections import Counter
 
 import psycopg
 
-from poller import administration
+from poller import operations
 from poller.daemon.options import DaemonOptions
 from poller.message import Message
-from poller.shard_administration import change_shard_count
+from poller.operations import change_shard_count
 from tests.support.daemons import wait_until
 from tests.support.inprocess import running_daemon
 from tests.support.shards import caught_up, draining
@@ -61,7 +61,7 @@ def test_changes_of_the_shard_count_under_a_stream_deliver_each_message_once(
 ) -> None:
     url = database_url
     with psycopg.connect(url, autocommit=True) as conn:
-        administration.create(
+        operations.create(
             conn,
             "sub",
             "orders",

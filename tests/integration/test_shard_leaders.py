@@ -13,12 +13,12 @@ import pytest
 import outbox
 from outbox.positions import Position
 from outbox.shards import message_shard
-from poller import administration
+from poller import operations
 from poller.daemon.process.shared_connection import SharedConnection
 from poller.daemon.process.shared_reads import SharedShardReads
 from poller.membership import ShardUnit
+from poller.operations import change_shard_count
 from poller.reconnect import Reconnector
-from poller.shard_administration import change_shard_count
 from poller.store.leader_store import LeaderStore, load_subscription, try_acquire
 from poller.store.message_reads import prepare_reader_async, read_batch
 from poller.store.records import Lease
@@ -77,7 +77,7 @@ async def test_each_shard_reads_its_own_messages_as_the_documented_hash_places_t
     database_url: str,
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=3)
+        operations.create(conn, "sub", "orders", "start", {}, shards=3)
     append_safely(database_url, 200)
     keys = {
         m.at.position: m.partition_key
@@ -98,7 +98,7 @@ async def test_the_floor_is_the_lowest_shard_checkpoint_however_concurrent_write
     database_url: str,
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=4)
+        operations.create(conn, "sub", "orders", "start", {}, shards=4)
     positions = append_safely(database_url, 400)
     stores = [await leader(database_url, ShardUnit(4, shard)) for shard in range(4)]
     reached = [0, 0, 0, 0]
@@ -120,7 +120,7 @@ async def test_a_change_ends_only_after_every_old_shard_reached_the_barrier(
     database_url: str,
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {})
+        operations.create(conn, "sub", "orders", "start", {})
     positions = append_safely(database_url, 50)
     unbounded = await leader(database_url, ShardUnit(1, 0), "outbox-poller:before")
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -166,7 +166,7 @@ async def test_a_change_to_one_shard_makes_the_subscription_plain_again(
     database_url: str,
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=2)
+        operations.create(conn, "sub", "orders", "start", {}, shards=2)
     positions = append_safely(database_url, 30)
     with psycopg.connect(database_url, autocommit=True) as conn:
         change = change_shard_count(conn, "sub", 1)
@@ -191,7 +191,7 @@ async def test_a_shard_without_messages_does_not_hold_the_floor_back(database_ur
     its checkpoint, past the other shards' messages."""
     settings = {"checkpoint_after": 0.05, "min_checkpoint_count": 1}
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", settings, shards=8)
+        operations.create(conn, "sub", "orders", "start", settings, shards=8)
         positions = [
             outbox.append(conn, "orders", "T", {}, partition_key="one-key") for _ in range(5)
         ]

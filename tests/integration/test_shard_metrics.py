@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import outbox
 from outbox.positions import START
 from outbox.shards import message_shard
-from poller import administration, shard_administration
+from poller import operations
 from poller.daemon.reporting.metrics import DaemonMetrics
 from poller.daemon.reporting.metrics_collector import StateCollector
 from tests.support.inprocess import FAST
@@ -36,9 +36,9 @@ async def scraped(database_url: str, subscriptions: list[str]) -> Series:
 async def test_every_shard_of_the_daemons_subscriptions_has_its_gauges(database_url: str) -> None:
     keys = [f"customer-{n}" for n in range(8)]
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "plain", "orders", "start", {})
-        administration.create(conn, "sharded", "orders", "start", {}, shards=2)
-        administration.create(conn, "other", "orders", "start", {}, shards=3)  # not the daemon's
+        operations.create(conn, "plain", "orders", "start", {})
+        operations.create(conn, "sharded", "orders", "start", {}, shards=2)
+        operations.create(conn, "other", "orders", "start", {}, shards=3)  # not the daemon's
         positions = [outbox.append(conn, "orders", "T", {}, partition_key=key) for key in keys]
         conn.commit()
         conn.execute(
@@ -88,7 +88,7 @@ async def test_every_shard_of_the_daemons_subscriptions_has_its_gauges(database_
 
     # During a change of the count both layouts have a shard 0: the label tells them apart.
     with psycopg.connect(database_url) as conn:
-        change = shard_administration.change_shard_count(conn, "sharded", 3)
+        change = operations.change_shard_count(conn, "sharded", 3)
     assert change.barrier is not None
     changing = await scraped(database_url, ["sharded"])
     assert value(changing, "outbox_shard_draining", **shard_0) == 1

@@ -14,11 +14,11 @@ import psycopg
 import pytest
 
 from outbox.positions import START, Position
-from poller import administration
+from poller import operations
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
 from poller.membership import ShardUnit
 from poller.message import Message
+from poller.retention import retention_pass
 from poller.store.leader_store import LeaderStore
 from poller.store.retired_positions import RetiredPositionError
 from poller.store.shard_reads import SHARD_QUERIES
@@ -60,7 +60,7 @@ def move_shards(url: str, to: Position, shards: range = range(SHARDS)) -> None:
 
 async def sharded_leaders(url: str, messages: int) -> tuple[list[Position], list[LeaderStore]]:
     with psycopg.connect(url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=SHARDS)
+        operations.create(conn, "sub", "orders", "start", {}, shards=SHARDS)
     positions = append_safely(url, messages)
     return positions, [await leader(url, ShardUnit(SHARDS, shard)) for shard in range(SHARDS)]
 
@@ -78,7 +78,7 @@ async def test_a_checkpoint_of_the_old_epoch_waiting_behind_a_seek_is_refused_af
     positions, stores = await sharded_leaders(database_url, 100)
     backend = await backend_of(stores[0])
     with psycopg.connect(database_url) as seeker:
-        administration.seek(seeker, "sub", "start")  # its transaction holds the row until commit
+        operations.seek(seeker, "sub", "start")  # its transaction holds the row until commit
         write = asyncio.create_task(stores[0].write_checkpoint(0, positions[60], {}))
         await asyncio.to_thread(wait_until_waiting_for_a_lock, database_url, backend)
         seeker.commit()
@@ -95,7 +95,7 @@ async def test_a_floor_read_before_a_seek_is_not_written_after_it(database_url: 
     raiser = stores[0]
     backend = await backend_of(raiser)
     with psycopg.connect(database_url) as seeker:
-        administration.seek(seeker, "sub", "start")
+        operations.seek(seeker, "sub", "start")
         raise_floor = asyncio.create_task(
             raiser._conn.execute(
                 SHARD_QUERIES["raise_shard_floor"], {"subscription": "sub", "epoch": 0}
@@ -113,7 +113,7 @@ def test_retention_holds_at_the_lowest_shard_checkpoint_whatever_the_floor_says(
 ) -> None:
     use_small_partitions(database_url, 100)
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=SHARDS)
+        operations.create(conn, "sub", "orders", "start", {}, shards=SHARDS)
     positions = append_safely(database_url, 250)
     with psycopg.connect(database_url, autocommit=True) as conn:
         # Three shards past the first two partitions, one still at 39; the floor written as if
@@ -156,7 +156,7 @@ async def test_a_plain_leader_whose_next_read_starts_below_the_retired_mark_fail
     database_url: str,
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {})
+        operations.create(conn, "sub", "orders", "start", {})
     positions = append_safely(database_url, 50)
     store = await leader(database_url, ShardUnit(1, 0))
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -174,7 +174,7 @@ def test_a_daemon_behind_the_retired_mark_delivers_nothing_and_says_so(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=2)
+        operations.create(conn, "sub", "orders", "start", {}, shards=2)
     positions = append_safely(database_url, 40)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(

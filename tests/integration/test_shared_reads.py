@@ -13,7 +13,7 @@ import pytest
 import outbox
 from outbox.positions import START, Position
 from outbox.shards import message_shard
-from poller import administration
+from poller import operations
 from poller.daemon.process.shared_connection import SharedConnection
 from poller.daemon.process.shared_reads import SharedShardReads
 from poller.membership import ShardUnit
@@ -45,7 +45,7 @@ def append(url: str, count: int, keys: list[str | None] | None = None) -> list[M
 def create_sharded(url: str, shards: int) -> None:
     """The subscription the reads are for: a shard reads as far as its row lets its count."""
     with psycopg.connect(url, autocommit=True) as conn:
-        administration.create(conn, "sub", "orders", "start", {}, shards=shards)
+        operations.create(conn, "sub", "orders", "start", {}, shards=shards)
 
 
 def own(messages: list[Message], unit: ShardUnit) -> list[Position]:

@@ -23,7 +23,7 @@ import pytest
 import outbox
 from outbox.positions import Position
 from outbox.read_servers import server_state
-from poller import administration
+from poller import operations
 from poller.daemon.background import DaemonThread
 from poller.message import Message
 from poller.store.message_reads import read_batch
@@ -69,10 +69,8 @@ def test_a_daemon_reading_a_hot_standby_loses_and_reorders_nothing(
 ) -> None:
     primary, standby = replica_pair.migrated_database("standby_rule")
     with psycopg.connect(primary, autocommit=True) as conn:
-        administration.create(conn, "ordered", "mixed", "start", {})
-        administration.create(
-            conn, "keyed", "mixed", "start", {"consumers": 4, "strategy": "pinned"}
-        )
+        operations.create(conn, "ordered", "mixed", "start", {})
+        operations.create(conn, "keyed", "mixed", "start", {"consumers": 4, "strategy": "pinned"})
     ordered, keyed = Recorder(), Recorder()
     options = reading_from(standby)
     with (
@@ -115,8 +113,8 @@ def test_a_standby_behind_the_stored_checkpoint_is_waited_for_and_never_read_aro
 ) -> None:
     primary, standby = replica_pair.migrated_database("standby_behind")
     with psycopg.connect(primary, autocommit=True) as conn:
-        administration.create(conn, "plain", "orders", "start", {})
-        administration.create(conn, "sharded", "keys", "start", {}, shards=2)
+        operations.create(conn, "plain", "orders", "start", {})
+        operations.create(conn, "sharded", "keys", "start", {}, shards=2)
     caplog.set_level(logging.INFO, logger="poller.daemon.term.replica_watch")
     options = dataclasses.replace(reading_from(standby), stall_threshold=0.5)
     later = Recorder()
@@ -152,7 +150,7 @@ def test_a_promoted_standby_is_refused_for_what_reading_it_would_skip(
 ) -> None:
     primary, _ = replica_pair.migrated_database("standby_promoted")
     with psycopg.connect(primary, autocommit=True) as conn:
-        administration.create(conn, "plain", "orders", "start", {})
+        operations.create(conn, "plain", "orders", "start", {})
     caplog.set_level(logging.INFO, logger="poller.daemon")
     recorder = Recorder()
     with replica_pair.another_standby("promoted") as server:
@@ -207,8 +205,8 @@ def test_a_standby_promoted_while_a_transaction_is_open_on_the_primary_moves_not
     refused, nothing moves, and X is delivered once the daemon reads the primary."""
     primary, _ = replica_pair.migrated_database("standby_promoted_open")
     with psycopg.connect(primary, autocommit=True) as conn:
-        administration.create(conn, "plain", "orders", "start", {})
-        administration.create(conn, "sharded", "orders", "start", {}, shards=2)
+        operations.create(conn, "plain", "orders", "start", {})
+        operations.create(conn, "sharded", "orders", "start", {}, shards=2)
         key_of = {
             shard: next(
                 key for key in (f"key-{n}" for n in range(100)) if _shard_of(conn, key, 2) == shard
@@ -277,7 +275,7 @@ def test_a_server_of_another_cluster_is_refused_at_start(
 ) -> None:
     primary, _ = replica_pair.migrated_database("standby_other_cluster")
     with psycopg.connect(primary, autocommit=True) as conn:
-        administration.create(conn, "plain", "orders", "start", {})
+        operations.create(conn, "plain", "orders", "start", {})
     other = psycopg.conninfo.make_conninfo(database_url, password="secret-word")
     started = outbox_command(
         ["relay", "--subscription", "plain", "--to", "nats://127.0.0.1:4222?subject=x"],
@@ -295,8 +293,8 @@ def test_status_the_console_and_metrics_show_the_lag_and_who_waits_for_the_stand
 ) -> None:
     primary, standby = replica_pair.migrated_database("standby_status")
     with psycopg.connect(primary, autocommit=True) as conn:
-        administration.create(conn, "ahead", "orders", "start", {})
-        administration.create(conn, "idle", "quiet", "start", {})
+        operations.create(conn, "ahead", "orders", "start", {})
+        operations.create(conn, "idle", "quiet", "start", {})
     port = free_port()
     options = dataclasses.replace(reading_from(standby), metrics_port=port)
     with replica_pair.replay_paused():

@@ -14,10 +14,10 @@ import outbox
 from outbox.positions import Position
 from outbox.shards import message_shard
 from outbox_cli.log_format import JsonLogFormatter, TextLogFormatter
-from poller import administration
+from poller import operations
 from poller.daemon.log_context import LogContextFilter
+from poller.handler_requests import ParkMessage
 from poller.message import Message
-from poller.outcomes import ParkMessage
 from tests.integration.test_daemon import wait_for
 from tests.integration.test_shard_administration import lead
 from tests.support.cli import outbox_succeeds
@@ -36,7 +36,7 @@ def test_status_counts_retrying_and_parked_messages_and_names_the_oldest_parked(
     with psycopg.connect(database_url) as conn:
         settings = {"retry_backoff_initial": 600.0, "retry_backoff_max": 600.0}
         settings |= {"consumers": 2, "checkpoint_after": 0.05}
-        administration.create(conn, "billing", "orders", "start", settings)
+        operations.create(conn, "billing", "orders", "start", settings)
         parked = outbox.append(conn, "orders", "Park", {})
         retried = outbox.append(conn, "orders", "Retry", {})
         row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
@@ -68,8 +68,8 @@ def test_status_counts_retrying_and_parked_messages_and_names_the_oldest_parked(
 
 def test_status_names_the_leader_of_each_shard(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "plain", "orders", "start", {})
-        administration.create(conn, "sharded", "orders", "start", {}, shards=3)
+        operations.create(conn, "plain", "orders", "start", {})
+        operations.create(conn, "sharded", "orders", "start", {}, shards=3)
         lead(conn, "sharded", 3, 0, alive=True)
         lead(conn, "sharded", 3, 2, alive=False)
     sharded = status(database_url)["sharded"]
@@ -122,7 +122,7 @@ def test_a_process_leading_several_shards_names_the_shard_in_each_log_line(
     database_url: str,
 ) -> None:
     with psycopg.connect(database_url) as conn:
-        administration.create(conn, "billing", "orders", "start", {}, shards=2)
+        operations.create(conn, "billing", "orders", "start", {}, shards=2)
         keys = {message_shard(f"k-{n}", 0, 2): f"k-{n}" for n in range(10)}
         positions = {
             outbox.append(conn, "orders", "T", {}, partition_key=keys[shard]): shard

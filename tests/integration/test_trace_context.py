@@ -66,12 +66,12 @@ WITHOUT_OPENTELEMETRY = textwrap.dedent(
     import outbox, poller, outbox_relays
     from poller.daemon import runner  # the daemon, its metrics and its tracing gate
     from poller.daemon.background import DaemonThread
-    from poller import administration
+    from poller import operations
     import threading
 
     url = sys.argv[1]
     with psycopg.connect(url) as conn:
-        administration.create(conn, "sub", "orders", "start", {})
+        operations.create(conn, "sub", "orders", "start", {})
         outbox.append(conn, "orders", "T", {}, headers={"tenant": "acme"})
     handled = threading.Event()
     seen = []

@@ -1,6 +1,6 @@
 """Archives for the readers' tests, written without Spark: the same files (outbox.archive.files)
 and catalog rows (outbox.archive.catalog) the Spark job writes, so a reader's test needs no
-JVM. The job itself is tested in tests/integration/pipeline/test_archive_job.py."""
+JVM. The job itself is tested in tests/integration/spark/test_archive_job.py."""
 
 import secrets
 from pathlib import Path

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import psycopg
 
 from outbox.positions import Position
-from poller import administration
+from poller import operations
 from tests.support.databases import probe
 
 # The application_name of every daemon session (the lease holder id starts with it).
@@ -59,7 +59,7 @@ def create_subscription(url: str, name: str, publication: str, **settings: Any) 
     """A subscription from the start of the publication (what `outbox subscription create
     NAME --publication P --from start --setting ...` does, without a process start)."""
     with psycopg.connect(url) as conn:
-        administration.create(conn, name, publication, "start", settings)
+        operations.create(conn, name, publication, "start", settings)
 
 
 def stored_checkpoint(url: str, subscription: str) -> Position:

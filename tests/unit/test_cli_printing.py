@@ -9,7 +9,7 @@ from outbox_cli.errors import CommandUsageError, one_line
 from outbox_cli.first_connection import is_transient
 from outbox_cli.poll_config import read_poll_config
 from outbox_cli.printing import cell, escaped
-from poller.administration import MAX_POSITION
+from poller.operations.places import MAX_POSITION
 
 
 @pytest.mark.parametrize(

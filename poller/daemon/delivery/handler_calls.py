@@ -14,8 +14,8 @@ import enum
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from poller.handler_requests import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.message import Message
-from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 
 
 class Ending(enum.Enum):
@@ -31,7 +31,7 @@ class Ending(enum.Enum):
 
 def ending_of(error: BaseException | None) -> Ending:
     """A handler's return (None) or exception; anything but the outcome requests
-    (`poller.outcomes`) is a failure, `BaseException`s included."""
+    (`poller.handler_requests`) is a failure, `BaseException`s included."""
     if error is None:
         return Ending.DELIVERED
     if isinstance(error, SkipMessage):

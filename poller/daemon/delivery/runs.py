@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from poller.daemon.delivery.handler_calls import Ending, ending_of
 from poller.daemon.handlers import HandlerExited
-from poller.outcomes import DestinationUnavailable, ParkMessage
+from poller.handler_requests import DestinationUnavailable, ParkMessage
 from poller.printable import error_text, failure_text, safe_repr
 from poller.subscription import Deliver, Outcome, OutcomeKind
 

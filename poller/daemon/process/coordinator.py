@@ -33,7 +33,7 @@ from poller.daemon.reporting.metrics import SubscriptionMetrics
 from poller.daemon.term.notify_listener import NotifyListener
 from poller.membership import Layout, ShardUnit, assign
 from poller.message import Message
-from poller.pollable import NotPollableError, check_pollable
+from poller.operations.pollable import NotPollableError, check_pollable
 from poller.reconnect import failure_line
 from poller.store.membership_store import GroupState
 from poller.store.records import Lease

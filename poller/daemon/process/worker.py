@@ -24,7 +24,7 @@ from poller.daemon.term.lease_watch import LeaseWatch
 from poller.daemon.term.notify_listener import NotifyListener
 from poller.daemon.term.self_fence import SelfFence
 from poller.membership import ONLY_SHARD, ShardUnit
-from poller.pollable import check_pollable
+from poller.operations.pollable import check_pollable
 from poller.reconnect import Backoff
 from poller.store.records import Lease, SubscriptionRecord
 from poller.waits import wait_event

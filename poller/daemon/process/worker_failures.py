@@ -17,7 +17,7 @@ from outbox.archive.errors import ArchiveError
 from outbox.positions import readable
 from outbox.read_servers import ReadServerRefusedError
 from poller.daemon.term.lease_watch import LeadershipLost
-from poller.pollable import NotPollableError
+from poller.operations.pollable import NotPollableError
 from poller.reconnect import failure_line
 from poller.store.restore_check import RestoredDatabaseError
 from poller.store.retired_positions import RetiredPositionError

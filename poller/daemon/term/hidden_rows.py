@@ -8,10 +8,10 @@ import time
 import psycopg
 
 from outbox.positions import Position
+from poller.blockers import Blocker
 from poller.daemon.options import DaemonOptions
 from poller.daemon.term.replica_watch import ReplicaWatch
 from poller.daemon.term.stall import StallWatch
-from poller.store.records import Blocker
 from poller.store.term_store import TermStore
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import pytest
 
 import outbox
 from outbox.queries import sql_directory
-from poller import administration
+from poller import operations
 from tests.support import brokers
 from tests.support.broker_streams import nats_stream
 from tests.support.daemons import wait_until
@@ -41,7 +41,7 @@ def test_the_readme_relay_recipe_publishes_and_leaves_no_task_behind(
         namespace,
     )
     with psycopg.connect(database_url, autocommit=True) as conn:
-        administration.create(conn, "to-nats", "orders", "start", {})
+        operations.create(conn, "to-nats", "orders", "start", {})
         outbox.append(conn, "orders", "OrderPlaced", {"id": 1}, partition_key="c-1")
     stop = threading.Event()
     caplog.set_level(logging.ERROR, logger="asyncio")

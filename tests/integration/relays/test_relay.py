@@ -14,8 +14,8 @@ import outbox_relays
 from outbox.positions import Position
 from outbox_relays.relay import Relay
 from outbox_relays.target import BrokerUnavailable, Unsent
+from poller.handler_requests import DestinationUnavailable, ParkMessage
 from poller.message import Message
-from poller.outcomes import DestinationUnavailable, ParkMessage
 from tests.support import brokers
 from tests.support.relay_messages import made_messages
 

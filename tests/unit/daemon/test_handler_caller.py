@@ -15,8 +15,8 @@ from poller.daemon.delivery.consumers import Consumers
 from poller.daemon.delivery.handler_caller import HandlerCaller
 from poller.daemon.delivery.runs import Run, withdrawn
 from poller.daemon.reporting.failure_log import FailureLog
+from poller.handler_requests import ParkMessage, RetryMessage, SkipMessage
 from poller.message import Message
-from poller.outcomes import ParkMessage, RetryMessage, SkipMessage
 from poller.subscription import Outcome, OutcomeKind
 from tests.unit.daemon.runs_support import always, deliveries, race_claims_against
 

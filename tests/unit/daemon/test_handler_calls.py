@@ -19,8 +19,8 @@ from poller.daemon.delivery.handler_calls import (
 from poller.daemon.delivery.runs import Run, outcome_of
 from poller.daemon.reporting.failure_log import FailureLog
 from poller.daemon.reporting.metrics import SubscriptionMetrics
+from poller.handler_requests import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.message import Message
-from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.subscription import OutcomeKind
 from tests.unit.daemon.runs_support import always, deliveries
 

@@ -13,8 +13,8 @@ from poller.batch_handlers import batch_handler
 from poller.daemon.delivery.handler_caller import HandlerCaller
 from poller.daemon.delivery.runs import Run
 from poller.daemon.reporting.metrics import HANDLER_BUCKETS, HandlerTally, SubscriptionMetrics
+from poller.handler_requests import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.message import Message
-from poller.outcomes import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from tests.unit.daemon.test_handler_caller import always, deliveries
 
 

@@ -4,7 +4,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-from poller.daemon.options import DaemonOptions, retention_fields
+from outbox_cli.option_fields import retention_fields
+from poller.daemon import DaemonOptions
 
 
 def test_the_readme_retention_table_matches_the_options() -> None:

@@ -1,5 +1,5 @@
+from poller.blockers import Blocker
 from poller.daemon.term.stall import StallWatch
-from poller.store.records import Blocker
 
 
 def test_no_warning_before_the_threshold_then_one_then_a_low_rate() -> None:

@@ -12,7 +12,7 @@ from outbox.positions import Position
 from outbox.read_servers import ReadServerRefusedError
 from poller.daemon.process.worker_failures import Failure, Then, reaction_to
 from poller.daemon.term.lease_watch import LeadershipLost
-from poller.pollable import NotPollableError
+from poller.operations.pollable import NotPollableError
 from poller.store.retired_positions import RetiredPositionError
 from poller.waits import Stopped
 

@@ -43,7 +43,7 @@ from poller.subscription import (
     WriteCheckpoint,
     owner_of,
 )
-from poller.subscription.outcomes import Outcome, OutcomeKind
+from poller.subscription.delivery_outcomes import Outcome, OutcomeKind
 from tests.unit.subscription.support import (
     acked,
     failed,

@@ -13,7 +13,7 @@ from outbox.positions import Position
 from outbox_spark.options import parse_source_options
 from outbox_spark.partitions import Slice
 from outbox_spark.source import OutboxDataSource, OutboxStreamReader
-from tests.integration.pipeline.writes import append_committed, wait_until_quiet
+from tests.integration.spark.writes import append_committed, wait_until_quiet
 
 
 @pytest.fixture

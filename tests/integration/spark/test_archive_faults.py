@@ -19,7 +19,7 @@ import outbox
 from outbox.names import DATABASE_URL_VARIABLE
 from outbox_spark.archive_job import ArchiveJob, ArchiveSettings
 from outbox_spark.options import DatabaseLocation
-from tests.integration.pipeline.writes import wait_until_quiet
+from tests.integration.spark.writes import wait_until_quiet
 from tests.support.archives import archived_files
 from tests.support.cli import outbox_environment
 from tests.support.daemons import wait_until

@@ -20,15 +20,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from outbox.names import DATABASE_URL_VARIABLE
 from outbox_cli.demo.workload import WorkloadShape, run_writers
-from tests.integration.pipeline.cluster_runs import sink_positions, submit_driver, wait_for_exit
-from tests.integration.pipeline.standalone_cluster import (
+from tests.integration.spark.cluster_runs import sink_positions, submit_driver, wait_for_exit
+from tests.integration.spark.standalone_cluster import (
     APPLICATION_CONFIG,
     PROJECT_ROOT,
     StandaloneCluster,
     daemon_environment,
     free_port,
 )
-from tests.integration.pipeline.writes import wait_until_quiet
+from tests.integration.spark.writes import wait_until_quiet
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_cluster, pytest.mark.slow]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.integration.pipeline.spark_doubles import RecordingWriter
-from tests.integration.pipeline.test_batch_read import batch_read
-from tests.integration.pipeline.test_spark_source import outbox_stream
-from tests.integration.pipeline.writes import wait_until_quiet
+from tests.integration.spark.spark_doubles import RecordingWriter
+from tests.integration.spark.test_batch_read import batch_read
+from tests.integration.spark.test_spark_source import outbox_stream
+from tests.integration.spark.writes import wait_until_quiet
 from tests.support.locked_writers import append_through_a_row_lock
 
 pytestmark = pytest.mark.spark

@@ -9,10 +9,10 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from tests.integration.pipeline.cluster_driver import SINK_URL_VARIABLE
-from tests.integration.pipeline.standalone_cluster import PROJECT_ROOT, StandaloneCluster
+from tests.integration.spark.cluster_driver import SINK_URL_VARIABLE
+from tests.integration.spark.standalone_cluster import PROJECT_ROOT, StandaloneCluster
 
-DRIVER = PROJECT_ROOT / "tests" / "integration" / "pipeline" / "cluster_driver.py"
+DRIVER = PROJECT_ROOT / "tests" / "integration" / "spark" / "cluster_driver.py"
 DRIVER_TIMEOUT = 240.0
 
 

@@ -14,8 +14,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from outbox.positions import Position
 from outbox_cli.demo.workload import WorkloadShape, run_writers
-from tests.integration.pipeline.spark_doubles import RecordingWriter
-from tests.integration.pipeline.writes import (
+from tests.integration.spark.spark_doubles import RecordingWriter
+from tests.integration.spark.writes import (
     append_committed,
     append_in_transaction,
     wait_until_quiet,

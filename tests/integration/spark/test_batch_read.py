@@ -10,8 +10,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from outbox.positions import Position
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
-from tests.integration.pipeline.writes import (
+from poller.retention import retention_pass
+from tests.integration.spark.writes import (
     append_committed,
     append_in_transaction,
     wait_until_quiet,

@@ -7,10 +7,10 @@ from typing import Any, NamedTuple
 import psycopg
 
 from outbox.positions import Position
-from poller.administration import get
+from poller.blockers import Blocker
+from poller.operations.subscriptions import get
 from poller.store.admin_store import AdminStore
 from poller.store.read_server_check import ReadServerStatus, read_server_status
-from poller.store.records import Blocker
 from poller.store.shard_store import (
     ShardLeader,
     ShardLeadership,

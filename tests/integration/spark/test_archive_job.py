@@ -19,7 +19,7 @@ from outbox.names import DATABASE_URL_VARIABLE
 from outbox.positions import Position
 from outbox_spark.archive_job import ArchiveJob, ArchiveSettings
 from outbox_spark.options import DatabaseLocation
-from tests.integration.pipeline.writes import (
+from tests.integration.spark.writes import (
     append_committed,
     append_in_transaction,
     wait_until_quiet,

@@ -16,8 +16,8 @@ from outbox_spark.options import CopyDriver
 from outbox_spark.partitions import Slice
 from outbox_spark.retired_ranges import RetiredRangeError
 from poller.daemon.options import DaemonOptions
-from poller.daemon.process.retention import retention_pass
-from tests.integration.pipeline.writes import wait_until_quiet
+from poller.retention import retention_pass
+from tests.integration.spark.writes import wait_until_quiet
 from tests.support.archives import archive_ranges
 from tests.support.partitions import billing_over_three_partitions, move_checkpoint
 

@@ -9,7 +9,7 @@ from outbox_spark.batches import batch_end, split_points
 from outbox_spark.copy_reader import read_slice
 from outbox_spark.options import CopyDriver
 from outbox_spark.partitions import range_slices
-from tests.integration.pipeline.writes import (
+from tests.integration.spark.writes import (
     append_committed,
     append_in_transaction,
     wait_until_quiet,

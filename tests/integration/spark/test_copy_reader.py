@@ -17,7 +17,7 @@ from outbox_spark.options import CopyDriver
 from outbox_spark.partitions import Slice, key_slices
 from outbox_spark.retired_ranges import RetiredRangeError
 from outbox_spark.standby_reads import replayed_past, replayed_statement
-from tests.integration.pipeline.writes import append_committed, append_in_transaction
+from tests.integration.spark.writes import append_committed, append_in_transaction
 
 DRIVERS = [CopyDriver.ADBC, CopyDriver.PSYCOPG]
 

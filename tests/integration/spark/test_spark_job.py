@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from outbox_cli.context import CommandContext
 from outbox_cli.settings import CommandLineSettings
 from outbox_cli.spark_command import spark as spark_group
-from tests.integration.pipeline.writes import wait_until_quiet
+from tests.integration.spark.writes import wait_until_quiet
 
 pytestmark = pytest.mark.spark
 

@@ -13,8 +13,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pyspark.sql import SparkSession
 
 from outbox_spark.spark_session import outbox_session
-from tests.integration.pipeline.spark_doubles import FailingOutboxSource
-from tests.integration.pipeline.standalone_cluster import StandaloneCluster, standalone_cluster
+from tests.integration.spark.spark_doubles import FailingOutboxSource
+from tests.integration.spark.standalone_cluster import StandaloneCluster, standalone_cluster
 
 
 def without_password(url: str) -> str:

@@ -5,7 +5,7 @@ already in the sink is skipped (eventsourcing's Tracking: output and progress co
 That makes the sink exactly once provided Spark replays a batch with exactly the rows it first
 had; the tests then find every committed message in the sink once, whatever was killed.
 
-    spark-submit --master spark://... tests/integration/pipeline/cluster_driver.py \\
+    spark-submit --master spark://... tests/integration/spark/cluster_driver.py \\
         --publication orders --checkpoint CK --sink-prefix sink_1 [--available-now] ...
 
 The sink's URL comes from OUTBOX_TEST_SINK_URL in the driver's environment only.
@@ -26,7 +26,7 @@ from psycopg import sql
 from pyspark.sql import DataFrame
 
 from outbox_spark.spark_session import outbox_session
-from tests.integration.pipeline.spark_doubles import HoldingOutboxSource
+from tests.integration.spark.spark_doubles import HoldingOutboxSource
 
 SINK_URL_VARIABLE = "OUTBOX_TEST_SINK_URL"
 PAUSE_SECONDS = 300.0

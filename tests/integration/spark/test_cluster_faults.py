@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from outbox_cli.demo.workload import WorkloadShape, WriterTally, run_writers
-from tests.integration.pipeline.cluster_runs import (
+from tests.integration.spark.cluster_runs import (
     sink_positions,
     submit_driver,
     wait_for_exit,
     wait_until,
 )
-from tests.integration.pipeline.standalone_cluster import StandaloneCluster
-from tests.integration.pipeline.writes import append_committed, wait_until_quiet
+from tests.integration.spark.standalone_cluster import StandaloneCluster
+from tests.integration.spark.writes import append_committed, wait_until_quiet
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_cluster, pytest.mark.slow]
 

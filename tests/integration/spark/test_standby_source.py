@@ -22,8 +22,8 @@ from outbox_spark.copy_reader import read_slice
 from outbox_spark.options import CopyDriver, parse_batch_options, parse_source_options
 from outbox_spark.partitions import Slice
 from outbox_spark.source import OutboxStreamReader
-from tests.integration.pipeline.conftest import without_password
-from tests.integration.pipeline.writes import append_committed, append_in_transaction
+from tests.integration.spark.conftest import without_password
+from tests.integration.spark.writes import append_committed, append_in_transaction
 from tests.support.daemons import wait_until
 from tests.support.replica_pair import ReplicaPair
 

@@ -15,13 +15,8 @@ from typing import Any, NamedTuple
 import psycopg
 
 from outbox.positions import Position
-from poller.administration import (
-    SubscriptionError,
-    check_shard_count,
-    locked,
-    quoted,
-    refuse_while_draining,
-)
+from poller.operations.refusals import SubscriptionError, quoted
+from poller.operations.subscriptions import check_shard_count, locked, refuse_while_draining
 from poller.store.admin_store import AdminStore
 
 

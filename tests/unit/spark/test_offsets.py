@@ -80,7 +80,7 @@ def test_available_now_batches_read_every_row_up_to_the_target_once_then_stop(
     start, read = START, []
     for _ in range(len(rows) + 2):
         after = rows[bisect_right(rows, start) :]
-        candidate = after[:limit][-1] if after else None  # pipeline_batch_end
+        candidate = after[:limit][-1] if after else None  # spark_batch_end
         end = next_end(start, candidate, target)
         if end == start:
             break

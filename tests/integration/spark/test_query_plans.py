@@ -13,7 +13,7 @@ from outbox.positions import Position
 from outbox.read_servers import ReadProof, server_state
 from outbox_spark.copy_reader import slice_statement
 from outbox_spark.partitions import Slice
-from outbox_spark.queries import pipeline_queries
+from outbox_spark.queries import spark_queries
 
 TRANSACTIONS, ROWS_PER_TRANSACTION = 100, 2000
 # The name PostgreSQL gives each partition's copy of messages_delivery_order (cut to 63 bytes).
@@ -112,11 +112,11 @@ def sorts_table_rows(node: dict[str, Any], below_sort: bool = False) -> bool:
     return any(sorts_table_rows(child, below_sort) for child in node.get("Plans", []))
 
 
-@pytest.mark.parametrize("name", ["pipeline_last_safe_row", "pipeline_batch_end"])
+@pytest.mark.parametrize("name", ["spark_last_safe_row", "spark_batch_end"])
 def test_the_driver_queries_walk_the_index_without_sorting_rows(
     explain: Any, batch: dict[str, Any], name: str
 ) -> None:
-    nodes = explain(sql.SQL(pipeline_queries()[name]), batch)
+    nodes = explain(sql.SQL(spark_queries()[name]), batch)
     assert_uses_the_delivery_index(nodes)
     assert not sorts_table_rows(nodes[0]), [node["Node Type"] for node in nodes]
 
@@ -139,7 +139,7 @@ def test_split_points_are_index_probes_that_never_read_the_batch(
     """Counting the batch to cut it read every row of it a second time on every trigger (a
     tenth or more of a 1M-row trigger); the cuts are probes of a few index entries each: the
     batch's first row in delivery order, then the rows at evenly spaced positions."""
-    nodes = explain(sql.SQL(pipeline_queries()["pipeline_split_points"]), batch)
+    nodes = explain(sql.SQL(spark_queries()["spark_split_points"]), batch)
     node_types = [node["Node Type"] for node in nodes]
     assert "Aggregate" not in node_types, node_types  # the count of the batch
     assert "Seq Scan" not in node_types, node_types
