@@ -248,12 +248,16 @@ class FakeTermStore:
         ][:limit]
 
     async def oldest_hidden_transaction(self, publication: str, after: Position) -> int | None:
+        """Of the committed transactions: a running one's rows are nobody else's to see."""
         self.calls.append(("oldest_hidden_transaction", True))
         frontier = self.frontier
         hidden = [
             m.transaction_id
             for m in self.messages
-            if m.publication == publication and m.at > after and m.transaction_id >= frontier
+            if m.publication == publication
+            and m.at > after
+            and m.transaction_id >= frontier
+            and m.transaction_id not in self._open
         ]
         return min(hidden, default=None)
 
