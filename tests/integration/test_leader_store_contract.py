@@ -1,6 +1,7 @@
 """The term store's contract (tests/unit/daemon/term_store_contract.py) kept by LeaderStore on
 PostgreSQL, the store the term's unit tests fake, on a fresh database per case."""
 
+import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,9 +12,11 @@ import pytest
 import outbox
 from outbox.positions import START, Position
 from poller import administration
+from poller.membership import ONLY_SHARD
 from poller.store.leader_store import LeaderStore, try_acquire
+from poller.store.lease_renewal import HeldLease, renew_process_leases
 from poller.store.message_reads import read_batch
-from poller.store.records import Lease, SkipRequest
+from poller.store.records import Lease, LeaseState, SkipRequest
 from tests.unit.daemon.term_store_contract import PUBLICATION, TermStoreContract
 
 SUBSCRIPTION = "billing"
@@ -109,6 +112,22 @@ class PostgresWorld:
         ) as other:
             lease = Lease(SUBSCRIPTION, "outbox-poller:other", ttl_seconds=30)
             assert await try_acquire(other, lease) == 0.0
+
+    async def renew(self) -> LeaseState | None:
+        token = self.store.lease.token
+        assert token is not None
+        renewal = await renew_process_leases(
+            self._leader,
+            SUBSCRIPTION,
+            HOLDER,
+            "contract-host",
+            os.getpid(),
+            30.0,
+            [HeldLease(ONLY_SHARD, token)],
+            member=False,
+        )
+        assert renewal is not None
+        return renewal.leases[ONLY_SHARD, token]
 
 
 class TestLeaderStore(TermStoreContract):

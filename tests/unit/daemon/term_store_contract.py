@@ -12,7 +12,7 @@ from typing import Protocol
 
 from outbox.positions import START, Position
 from poller.message import Message
-from poller.store.records import SkipRequest
+from poller.store.records import LeaseState, SkipRequest
 from poller.store.term_store import TermStore
 
 PUBLICATION = "orders"
@@ -51,6 +51,11 @@ class TermStoreWorld(Protocol):
 
     async def take_lease_over(self) -> None:
         """Another process takes the lease: the store's token is an old one from now on."""
+
+    async def renew(self) -> LeaseState | None:
+        """The process's renewal of the store's lease (renew_process_leases; the fake's, which
+        renewals_fake.py's real renewer calls): the subscription as stored, or None once the
+        lease is not the store's."""
 
 
 async def messages(world: TermStoreWorld, after: Position = START) -> list[Message]:
@@ -236,6 +241,28 @@ class TermStoreContract:
             replay.parked_at,
             replay.requested_at,
         ), "the row is as it was"
+
+    async def test_a_renewal_returns_the_subscription_as_stored(
+        self, world: TermStoreWorld
+    ) -> None:
+        await world.append("a", "b")
+        await world.safe()
+        first, second = [m.at for m in await messages(world)]
+        assert await world.renew() == LeaseState(0, START, {}, 0)
+        await world.request_replay()
+        assert await world.renew() == LeaseState(0, START, {}, 0), "nothing parked to ask for"
+        assert await world.store.write_checkpoint(0, first, {"delivered": 1})
+        (message,) = await messages(world, first)
+        assert await world.store.park(0, message, 1, "parked") == 1
+        await world.request_replay()
+        request = await world.request_skip(second)
+        assert await world.renew() == LeaseState(0, first, {}, 1, request)
+        assert await world.seek(second) == 1
+        assert await world.renew() == LeaseState(1, second, {}, 1, request)
+
+    async def test_a_renewal_after_a_takeover_finds_nothing(self, world: TermStoreWorld) -> None:
+        await world.take_lease_over()
+        assert await world.renew() is None
 
     async def test_a_released_lease_writes_nothing(self, world: TermStoreWorld) -> None:
         await world.append("a")

@@ -197,10 +197,11 @@ class FakeTermStore:
         self.parked[message.position] = ParkedRow(message, attempts, error, self._now())
 
     def request_replay(self) -> None:
-        """mark_parked_for_replay (every row), then request_replay."""
+        """mark_parked_for_replay (every row), then request_replay if it marked any."""
         for row in self.parked.values():
             row.replay_requested_at = self._now()
-        self.replay_request_count += 1
+        if self.parked:
+            self.replay_request_count += 1
 
     def take_lease_over(self) -> None:
         """Another process takes the lease (acquire_leadership raises the token)."""

@@ -5,7 +5,7 @@ unit tests drive; LeaderStore keeps the same on PostgreSQL
 import pytest
 
 from outbox.positions import Position
-from poller.store.records import SkipRequest
+from poller.store.records import LeaseState, SkipRequest
 from tests.unit.daemon.term_store_contract import TermStoreContract
 from tests.unit.daemon.term_store_fake import FakeTermStore
 
@@ -52,6 +52,9 @@ class FakeWorld:
 
     async def take_lease_over(self) -> None:
         self.store.take_lease_over()
+
+    async def renew(self) -> LeaseState | None:
+        return await self.store.renew(self.store.lease.token or 0, None)
 
 
 class TestFakeTermStore(TermStoreContract):
