@@ -144,14 +144,17 @@ def run_with_faults(
             # checkpoint computed from dispatched messages would pass one: KurrentDB #5497),
             # the rest spread over the writing, each once the leader is busy.
             progress = deliveries_by(url, leader.pid) + 100
+
+            def made_progress(
+                leader: Daemon = leader, progress: int = progress, number: int = number
+            ) -> bool:
+                return writer.finished or (
+                    writer.count >= 700 * (number - 1)
+                    and deliveries_by(url, leader.pid) >= progress
+                )
+
             wait_until(
-                lambda leader=leader, progress=progress, number=number: (
-                    writer.finished
-                    or (
-                        writer.count >= 700 * (number - 1)
-                        and deliveries_by(url, leader.pid) >= progress
-                    )
-                ),
+                made_progress,
                 60,
                 f"{leader.name} to make progress",
             )
@@ -179,10 +182,12 @@ def run_with_faults(
                     with psycopg.connect(url) as conn:
                         operations.update_settings(conn, SUBSCRIPTION, {"consumers": count})
                 run.configured.append(count)
+
+                def applied(leader: Daemon = leader, count: int = count, seen: int = seen) -> bool:
+                    return leader.consumer_changes(SUBSCRIPTION, count) > seen
+
                 wait_until(
-                    lambda leader=leader, count=count, seen=seen: (
-                        leader.consumer_changes(SUBSCRIPTION, count) > seen
-                    ),
+                    applied,
                     30,
                     f"{leader.name} to apply {count} consumers",
                 )

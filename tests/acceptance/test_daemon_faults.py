@@ -173,8 +173,12 @@ def test_terminated_sessions_are_reconnected_and_nothing_is_lost(
             assert terminated, "no daemon session to terminate"
             # It reconnects (backoff), takes its lease again and delivers on.
             daemon.wait_for_terms("sub", round_number + 1)
+
+            def new_sessions(gone: set[int] = terminated) -> set[int]:
+                return set(daemon_backend_pids(database_url)) - gone
+
             wait_until(
-                lambda gone=terminated: set(daemon_backend_pids(database_url)) - gone,
+                new_sessions,
                 30,
                 "new daemon sessions",
             )

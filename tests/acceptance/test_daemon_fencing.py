@@ -93,10 +93,13 @@ def test_terminated_leader_sessions_never_leave_a_key_in_two_processes(
         # Let the term fill its buffer and run handlers, then cut its sessions mid-stream.
         time.sleep(1.0)
         assert terminate_sessions_of(database_url, leader.holder), f"round {round_number}"
+
+        def taken_over(old: int = leader.token) -> bool:
+            now = current_leader(database_url, "cg")
+            return now is not None and now.token > old
+
         wait_until(
-            lambda old=leader.token: (
-                (now := current_leader(database_url, "cg")) is not None and now.token > old
-            ),
+            taken_over,
             30,
             "a takeover",
         )
@@ -110,9 +113,10 @@ def test_terminated_leader_sessions_never_leave_a_key_in_two_processes(
 
     intervals = wait_until(
         lambda: (
-            (rows := handler_intervals(database_url))
+            rows
+            if (rows := handler_intervals(database_url))
             and all(row.finished is not None for row in rows)
-            and rows
+            else None
         ),
         30,
         "every handler to finish",

@@ -94,7 +94,11 @@ def test_whatever_an_async_handler_raises_its_message_is_retried_parked_and_name
 
     wait_until(lambda: handled_positions(database_url) >= after, 30, "the later messages")
     errors = wait_until(
-        lambda: (found := parked_errors(database_url, "sub")).keys() == hostile.keys() and found,
+        lambda: (
+            found
+            if (found := parked_errors(database_url, "sub")).keys() == hostile.keys()
+            else None
+        ),
         30,
         "the three parked rows",
     )

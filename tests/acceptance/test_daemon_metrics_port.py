@@ -49,10 +49,10 @@ def test_a_daemon_process_serves_metrics_and_probes_through_lost_sessions(
     sub = {"subscription": "sub"}
     series = wait_until(
         lambda: (
-            (s := scrape(port))
-            and value(s, "outbox_messages_parked_total", **sub) == 1
+            s
+            if value(s := scrape(port), "outbox_messages_parked_total", **sub) == 1
             and value(s, "outbox_lag_messages", **sub) == 0
-            and s
+            else None
         ),
         30,
         "three delivered, one parked, the checkpoint at the end",

@@ -233,7 +233,7 @@ def run_case(case: Case, url: str, directory: Path) -> subprocess.CompletedProce
         (directory / name).write_text(config_text(content), encoding="utf-8")
     arguments = [argument.replace("{dir}", str(directory)) for argument in case.arguments]
     environment = {"OUTBOX_DATABASE_URL": url, **case.environment}
-    return outbox_command(arguments, None, **environment)
+    return outbox_command(arguments, None, variables=environment)
 
 
 @pytest.mark.parametrize("command", list(CASES))

@@ -361,17 +361,17 @@ def test_db_start_keeps_the_embedded_server_running_until_db_stop(tmp_path: Path
     data_dir = Path("/tmp") / f"outbox-db-{tmp_path.name[-12:]}"
     env = {"OUTBOX_DATA_DIR": str(data_dir)}
     try:
-        started = outbox_command(["db", "start"], None, **env)
+        started = outbox_command(["db", "start"], None, variables=env)
         assert started.returncode == 0, started.stderr
         url = started.stdout.strip()
         with psycopg.connect(url) as conn:  # still up after the command exited
             assert conn.execute("SELECT 1").fetchone() == (1,)
-        assert "running" in outbox_command(["db", "status"], None, **env).stdout
-        stopped = outbox_command(["db", "stop"], None, **env)
+        assert "running" in outbox_command(["db", "status"], None, variables=env).stdout
+        stopped = outbox_command(["db", "stop"], None, variables=env)
         assert stopped.returncode == 0, stopped.stderr
-        assert "not running" in outbox_command(["db", "status"], None, **env).stdout
+        assert "not running" in outbox_command(["db", "status"], None, variables=env).stdout
     finally:
-        outbox_command(["db", "stop"], None, **env)
+        outbox_command(["db", "stop"], None, variables=env)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

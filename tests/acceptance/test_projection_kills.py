@@ -83,7 +83,7 @@ def test_the_projection_killed_at_random_counts_every_committed_message_once(
                     projection = start_projection(database_url)
                 written = [out_of_order.stop(), keyed.stop()]
             committed = set().union(*(w.committed_snapshot() for w in written))
-            expected = dict(
+            expected: dict[str, int] = dict(
                 conn.execute(
                     "SELECT message_type, count(*) FROM outbox.messages GROUP BY message_type"
                 ).fetchall()

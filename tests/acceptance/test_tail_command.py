@@ -26,9 +26,12 @@ class LineReader:
         self._lines: queue.Queue[str] = queue.Queue()
         assert process.stdout is not None
         stdout = process.stdout
-        threading.Thread(
-            target=lambda: [self._lines.put(line) for line in stdout], daemon=True
-        ).start()
+
+        def read_lines() -> None:
+            for line in stdout:
+                self._lines.put(line)
+
+        threading.Thread(target=read_lines, daemon=True).start()
 
     def next(self) -> str:
         try:
@@ -139,7 +142,9 @@ def test_a_bad_option_is_one_line_naming_the_value(
     database_url: str, arguments: list[str], environment: dict[str, str], named: str
 ) -> None:
     done = outbox_command(
-        ["tail", "--plain", "--publication", "orders", *arguments], database_url, **environment
+        ["tail", "--plain", "--publication", "orders", *arguments],
+        database_url,
+        variables=environment,
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout == ""

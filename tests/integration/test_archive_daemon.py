@@ -86,7 +86,11 @@ def test_a_subscription_from_the_start_reads_the_archive_then_the_table_across_r
         # Each call takes a few milliseconds, as a handler's work does: a stop lands mid-way.
         recorder = Recorder(lambda _: time.sleep(0.01))
         with running_daemon(database_url, ["late"], recorder):
-            wait_for(lambda goal=goal: stored_checkpoint(database_url, "late") >= goal, 60)
+
+            def reached(goal: Position = goal) -> bool:
+                return stored_checkpoint(database_url, "late") >= goal
+
+            wait_for(reached, 60)
         runs.append(recorder.messages)
         stops.append(stored_checkpoint(database_url, "late"))
     assert stops[1] < seam < stops[2]

@@ -71,8 +71,8 @@ def test_readers_racing_the_archive_and_retention_lose_and_double_nothing(
 
     read_counts = []
     with (
-        BackgroundLoop("writer", write(), every=0.01) as writer,
-        BackgroundLoop("archive and retention", archive_and_retire(), every=0.02) as keeper,
+        BackgroundLoop[None]("writer", write(), every=0.01) as writer,
+        BackgroundLoop[None]("archive and retention", archive_and_retire(), every=0.02) as keeper,
     ):
         for _ in range(READS):
             read = Counter[str]()

@@ -118,7 +118,7 @@ def first_file(conn: psycopg.Connection[Any], tmp_path: Path) -> Path:
         " ORDER BY last_transaction_id, last_position LIMIT 1"
     ).fetchone()
     assert row is not None
-    return tmp_path / row[0]
+    return tmp_path / str(row[0])
 
 
 def damaged(file: Path, how: str) -> None:

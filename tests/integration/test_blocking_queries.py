@@ -42,7 +42,7 @@ def test_password_literals_are_redacted(database_url: str, statement: str, shown
     try:
         with psycopg.connect(database_url) as blocker:
             blocker.execute("SELECT pg_current_xact_id()")  # holds an xid: a blocker
-            blocker.execute(statement.format(role=role))  # type: ignore[arg-type]
+            blocker.execute(statement.format(role=role))
             with psycopg.connect(database_url) as observer:
                 row = observer.execute(
                     "SELECT query_start FROM outbox.blocking_transactions WHERE pid = %s",

@@ -64,7 +64,7 @@ def test_the_console_answers_only_to_the_names_it_was_given(database_url: str) -
 def test_messages_are_shown_only_to_a_browser_a_token_signed_in(
     database_url: str, parked: Position
 ) -> None:
-    pages = ("/parked?name=billing", f"/parked/message?name=billing&at={parked}")
+    pages: tuple[str, ...] = ("/parked?name=billing", f"/parked/message?name=billing&at={parked}")
     pages += ("/tail?publication=orders", "/tail/live?publication=orders")
     with console(database_url) as client:
         for path in pages:

@@ -156,11 +156,11 @@ def test_two_daemons_in_one_process_keep_separate_registries(database_url: str) 
         DaemonThread(database_url, ["second"], lambda _: None, options[1]),
     ):
         for port, name in zip(ports, ["first", "second"], strict=True):
-            series = scraped_when(
-                port,
-                lambda s, n=name: value(s, "outbox_messages_delivered_total", subscription=n) == 3,
-                f"{name} to deliver 3",
-            )
+
+            def delivered_three(series: Series, name: str = name) -> bool:
+                return value(series, "outbox_messages_delivered_total", subscription=name) == 3
+
+            series = scraped_when(port, delivered_three, f"{name} to deliver 3")
             subscriptions = {dict(labels).get("subscription") for _, labels in series}
             assert subscriptions == {name, None}, "a daemon reported another one's subscription"
 

@@ -5,7 +5,7 @@ runs beside it and nothing queues behind it; a batch call gets message_timeout p
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import psycopg
@@ -62,7 +62,7 @@ class Timeline:
         return found
 
 
-def append_labelled(url: str, labels: list[tuple[str, str | None]]) -> None:
+def append_labelled(url: str, labels: Sequence[tuple[str, str | None]]) -> None:
     with psycopg.connect(url) as conn:
         messages = [
             outbox.NewMessage("T", {"label": label}, partition_key=key) for label, key in labels

@@ -16,7 +16,7 @@ from tests.support.databases import DatabaseFactory
 def catalog(url: str) -> migrations.Catalog:
     with psycopg.connect(url) as conn:
         return {
-            kind: dict(conn.execute(query).fetchall())  # type: ignore[arg-type]
+            kind: dict(conn.execute(query).fetchall())
             for kind, query in migrations.CATALOG_QUERIES.items()
         }
 
@@ -27,7 +27,7 @@ def test_schema_sql_builds_the_same_catalog_as_the_migrations(
     from_schema = database_factory.create(migrated=False)
     try:
         with psycopg.connect(from_schema, autocommit=True) as conn:
-            conn.execute((sql_directory() / "schema.sql").read_text())  # type: ignore[arg-type]
+            conn.execute((sql_directory() / "schema.sql").read_text())
         migrated, built = catalog(database_url), catalog(from_schema)
         assert migrated["column"], "the migrated database has no outbox tables"
         assert built == migrated
@@ -84,7 +84,7 @@ def test_a_database_built_from_schema_sql_is_adopted_at_head_as_it_stands(
     url = database_factory.create(migrated=False)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute((sql_directory() / "schema.sql").read_text())  # type: ignore[arg-type]
+            conn.execute((sql_directory() / "schema.sql").read_text())
         built = catalog(url)
         migrations.upgrade(url)
         assert migrations.current_revision(url) == migrations.current_revision(database_url)

@@ -48,7 +48,7 @@ def sqlalchemy_url(conninfo: str) -> str:
         username=str(parts.get("user", "postgres")),
         password=str(parts["password"]) if parts.get("password") else None,
         host=None if str(parts.get("host", "")).startswith("/") else str(parts.get("host") or ""),
-        port=int(parts["port"]) if parts.get("port") else None,
+        port=int(str(parts["port"])) if parts.get("port") else None,
         database=str(parts["dbname"]),
         query={"host": str(parts["host"])} if str(parts.get("host", "")).startswith("/") else {},
     ).render_as_string(hide_password=False)

@@ -140,5 +140,5 @@ def test_start_goes_to_the_mark_and_says_so(
     assert f"now after {mark}" in done.stdout
     assert f"up to {mark} were retired by retention; starting after them" in done.stderr
     with caplog.at_level(logging.WARNING), conn.transaction():
-        assert operations.create(conn, "fresh", "orders", "start", {}) == mark
+        assert operations.create(conn, "fresh", "orders", "start", {}) == mark.at
     assert f"up to {mark} were retired" in caplog.text

@@ -54,7 +54,7 @@ def refused(url: str, statement: str, params: dict[str, Any] | None = None) -> b
     """True when PostgreSQL refuses `statement` to this user for lack of a privilege."""
     with psycopg.connect(url) as conn:
         try:
-            conn.execute(statement, params)  # type: ignore[arg-type]
+            conn.execute(statement, params)
         except Denied:
             return True
     return False
@@ -315,7 +315,7 @@ def test_a_reader_cannot_write_anything(database_url: str, reader_url: str, stat
 def _privileges(url: str) -> dict[str, str]:
     with psycopg.connect(url) as conn:
         rows = conn.execute(migrations.CATALOG_QUERIES["privilege"]).fetchall()
-    return dict(rows)  # type: ignore[arg-type]
+    return dict(rows)
 
 
 def _drop_roles(server: str, prefix: str) -> None:

@@ -4,6 +4,7 @@ status views and `status` read of its shards. No daemon runs: leases and shard c
 are stored directly where a test needs them."""
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -216,10 +217,11 @@ def test_seek_is_refused_while_a_change_drains(database_url: str) -> None:
         conn.commit()
         before = (subscription_row(conn, "sub"), shard_rows(conn, "sub"))
         long_ago = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
-        for seek in (
+        seeks: tuple[Callable[[], object], ...] = (
             lambda: operations.seek(conn, "sub", "end"),
             lambda: operations.seek_to_time(conn, "sub", long_ago),
-        ):
+        )
+        for seek in seeks:
             with pytest.raises(SubscriptionError, match="cannot seek 'sub': a change"):
                 seek()
             conn.rollback()

@@ -5,7 +5,7 @@ every shard on, so shards far apart all drain without reading anything twice."""
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import psycopg
 import pytest
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.asyncio
 KEYS = [f"key-{n}" for n in range(50)]
 
 
-def append(url: str, count: int, keys: list[str | None] | None = None) -> list[Message]:
+def append(url: str, count: int, keys: Sequence[str | None] | None = None) -> list[Message]:
     """`count` more messages over `keys` (by default KEYS, every seventh keyless); every
     message of the publication, once all are safe."""
     if keys is None:

@@ -147,8 +147,9 @@ def test_a_process_leading_several_shards_names_the_shard_in_each_log_line(
         logger.removeHandler(records)
         logger.setLevel(logging.NOTSET)
     for record in parks():
-        shard = positions[int(record.position.split(":")[1])]
-        assert record.shard == f"{shard}/2"
+        # The fields the daemon logs as `extra`, set on the record itself.
+        shard = positions[int(record.__dict__["position"].split(":")[1])]
+        assert record.__dict__["shard"] == f"{shard}/2"
         assert (
             f" poller.daemon.term.term_writes [shard {shard}/2]: subscription billing parked"
             in (TextLogFormatter().format(record))

@@ -3,7 +3,7 @@
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.support.databases import PROJECT_ROOT
@@ -30,14 +30,17 @@ def outbox_command(
     cwd: Path = PROJECT_ROOT,
     installed_script: bool = False,
     timeout: float = 120,
+    variables: Mapping[str, str] | None = None,
     **environment: str,
 ) -> subprocess.CompletedProcess[str]:
+    """`variables` and `environment` both set variables of its environment: a mapping a test
+    was given as a parameter, or keywords."""
     program = [str(OUTBOX_SCRIPT)] if installed_script else [sys.executable, "-m", "outbox_cli"]
     return subprocess.run(
         [*program, *arguments],
         capture_output=True,
         text=True,
-        env=outbox_environment(database_url, **environment),
+        env=outbox_environment(database_url, **(variables or {}), **environment),
         cwd=cwd,
         # No terminal, as in CI and scripts: a question must be refused, not waited on.
         stdin=subprocess.DEVNULL,

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 
 import orjson
 
+from outbox_relays.target import Unsent
 from poller.message import Message
 
 
@@ -36,3 +37,9 @@ def made_messages(
         )
         for n in range(count)
     ]
+
+
+def refusal(unsent: Unsent) -> str:
+    """The reason a target refused a message for good (a str, where an outage is not)."""
+    assert isinstance(unsent, str), f"not refused for good: {unsent!r}"
+    return unsent

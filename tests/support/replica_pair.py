@@ -255,7 +255,7 @@ def _run(run_as: str | None, *command: str | Path, check: bool = True) -> None:
 
 
 def _fetch(conn: psycopg.Connection[Any], query: str, parameters: tuple[Any, ...] = ()) -> Any:
-    row = conn.execute(query, parameters).fetchone()  # type: ignore[arg-type]
+    row = conn.execute(query, parameters).fetchone()
     return None if row is None else row[0]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # it ships no types, nor do the dev tools
 import orjson
 import psycopg
 import pytest
@@ -19,8 +19,8 @@ from outbox.positions import START
 from poller.message import Message
 from poller.store.message_reads import read_batch
 from tests.integration.relays.test_webhook_target import Receiver
-from tests.integration.test_daemon import wait_for
 from tests.support.broker_reads import published
+from tests.support.daemons import wait_until
 from tests.support.tracing import traced
 
 SCHEMA = json.loads((Path(__file__).parents[3] / "docs" / "message.schema.json").read_text())
@@ -41,9 +41,8 @@ def appended(database_url: str) -> list[Message]:
         outbox.append(conn, "orders", "Note", "just text", partition_key="k", message_id="m 2")
         with trace.get_tracer("app").start_as_current_span("business"):
             outbox.append(conn, "orders", "Traced", None, headers={"n": 1.10, "list": [1]})
-    read: list[Message] = []
     with psycopg.connect(database_url, autocommit=True) as conn:
-        wait_for(lambda: bool(read.extend(read_batch(conn, "orders", START, 10)) or read))
+        read = wait_until(lambda: read_batch(conn, "orders", START, 10), 15, "the messages")
     assert len(read) == 3
     return read
 

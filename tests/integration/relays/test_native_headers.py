@@ -15,8 +15,8 @@ from outbox_relays import fields
 from poller.message import Message
 from poller.store.message_reads import read_batch
 from tests.integration.relays.test_webhook_target import Receiver
-from tests.integration.test_daemon import wait_for
 from tests.support.broker_reads import READERS, published
+from tests.support.daemons import wait_until
 
 HEADERS: dict[str, Any] = {
     "tenant": "acme",
@@ -64,10 +64,9 @@ def appended(database_url: str) -> Message:
             message_id="bestellung-ü1",
             headers=HEADERS,
         )
-    read: list[Message] = []
     with psycopg.connect(database_url, autocommit=True) as conn:
         # Committed rows show once no older transaction of the cluster can still commit.
-        wait_for(lambda: bool(read.extend(read_batch(conn, "orders", START, 10)) or read))
+        read = wait_until(lambda: read_batch(conn, "orders", START, 10), 15, "the messages")
     (message,) = read
     return message
 

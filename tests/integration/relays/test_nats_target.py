@@ -26,7 +26,7 @@ from outbox_relays.target import BrokerUnavailable, Target
 from outbox_relays.target_url import RelayUrlError
 from poller.message import Message
 from tests.support.brokers import NATS, answers, require
-from tests.support.relay_messages import made_messages
+from tests.support.relay_messages import made_messages, refusal
 
 SERVER = "nats://127.0.0.1:4222"
 SECRET = "Wr0ng-s3cret-pw"
@@ -299,8 +299,10 @@ async def test_messages_it_can_never_take_are_refused_for_good(jet: Jet) -> None
     refused = await target.publish([small, big, keyless, after])
 
     assert set(refused) == {big.at, keyless.at}
-    assert "message size exceeds maximum allowed (JetStream error 10054)" in refused[big.at]
-    assert "has an empty token" in refused[keyless.at]
+    assert "message size exceeds maximum allowed (JetStream error 10054)" in refusal(
+        refused[big.at]
+    )
+    assert "has an empty token" in refusal(refused[keyless.at])
     subject = f"{jet.prefix}.k.k"
     assert await jet.held(stream) == [expected(small, subject), expected(after, subject)]
 

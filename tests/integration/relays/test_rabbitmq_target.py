@@ -18,7 +18,7 @@ from outbox_relays.target import BrokerUnavailable, Target
 from outbox_relays.target_url import RelayUrlError
 from poller.message import Message
 from tests.support.brokers import RABBITMQ, require
-from tests.support.relay_messages import made_messages
+from tests.support.relay_messages import made_messages, refusal
 
 SERVER = "amqp://guest:guest@127.0.0.1:5672"
 SECRET = "Wr0ng-s3cret-pw"
@@ -166,7 +166,9 @@ def assert_carries(received: aio_pika.abc.AbstractIncomingMessage, sent: Message
     assert received.timestamp == sent.appended_at.replace(microsecond=0)
     assert received.content_type == "application/json"
     assert received.delivery_mode == aio_pika.DeliveryMode.PERSISTENT
-    assert fields.read_header_fields(received.headers) == fields.metadata(sent)
+    # The outbox fields are text headers: one of another type would be missing here.
+    text = {name: value for name, value in received.headers.items() if isinstance(value, str)}
+    assert fields.read_header_fields(text) == fields.metadata(sent)
     assert fields.read_application_headers(received.headers) == sent.headers
 
 
@@ -366,7 +368,7 @@ async def test_an_overlong_message_type_is_refused_for_good_and_the_rest_deliver
     refused = await target.publish([good[0], *bad, good[1]])
 
     assert list(refused) == [bad[0].at]
-    assert "type" in refused[bad[0].at]
+    assert "type" in refusal(refused[bad[0].at])
     assert [m.message_id for m in await rabbit.read(queue)] == [m.message_id for m in good]
 
 
@@ -407,7 +409,7 @@ async def test_a_message_over_the_brokers_size_limit_is_refused_for_good(rabbit:
     refused = await target.publish(batch)
 
     assert list(refused) == [big.at]
-    assert "max_message_size 4096" in refused[big.at]
+    assert "max_message_size 4096" in refusal(refused[big.at])
     first, _, third, fourth = (m.message_id for m in batch)
     # The first is sent again only if its confirm was lost with the channel (at-least-once).
     assert [m.message_id for m in await rabbit.read(queue)] in (

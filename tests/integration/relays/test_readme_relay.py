@@ -22,7 +22,7 @@ RECIPE_URL = "nats://127.0.0.1:4222?subject=orders.{message_type}"
 
 
 def relay_recipe() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     (recipe,) = [block for block in blocks if "outbox_relays.handler(" in block]
     assert "closers=[relay.close]" in recipe
     return recipe

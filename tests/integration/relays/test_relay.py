@@ -86,7 +86,9 @@ async def test_a_refusal_for_good_parks_with_the_status_in_the_reason() -> None:
 class Answering:
     """A target that answers each batch as the test scripted (the relay's own logic only)."""
 
-    name = "scripted://target"
+    @property
+    def name(self) -> str:
+        return "scripted://target"
 
     def __init__(self, unsent: Mapping[Position, Unsent]) -> None:
         self.unsent = unsent
@@ -95,6 +97,9 @@ class Answering:
         return {
             at: answer for at, answer in self.unsent.items() if any(m.at == at for m in messages)
         }
+
+    async def check(self) -> None:
+        pass
 
     async def close(self) -> None:
         pass

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from outbox.archive.layout import FORMAT_VERSION, VERSION_KEY
+from outbox.archive.layout import FORMAT_VERSION, VERSION_KEY, ArchiveDefaults
 from outbox.names import DATABASE_URL_VARIABLE
 from outbox.positions import Position
 from outbox_spark.archive_job import ArchiveJob, ArchiveSettings
@@ -31,10 +31,20 @@ from tests.support.daemons import wait_until
 pytestmark = pytest.mark.spark
 
 
-def run_job(spark: SparkSession, url: str, uri: str, **settings: int) -> int:
+def run_job(
+    spark: SparkSession,
+    url: str,
+    uri: str,
+    rows_per_range: int = ArchiveDefaults.rows_per_range,
+    rows_per_file: int = ArchiveDefaults.rows_per_file,
+) -> int:
     """The job as `outbox spark archive` runs it, on the tests' Spark session."""
     archive = ArchiveSettings(
-        "orders", uri, DatabaseLocation(url, DATABASE_URL_VARIABLE), **settings
+        "orders",
+        uri,
+        DatabaseLocation(url, DATABASE_URL_VARIABLE),
+        rows_per_range=rows_per_range,
+        rows_per_file=rows_per_file,
     )
     return ArchiveJob(archive, threading.Event(), lambda: spark).run()
 

@@ -197,10 +197,11 @@ class FakeTermStore:
         self.parked[message.position] = ParkedRow(message, attempts, error, self._now())
 
     def request_replay(self) -> None:
-        """mark_parked_for_replay (every row), then request_replay."""
+        """mark_parked_for_replay (every row), then request_replay if it marked any."""
         for row in self.parked.values():
             row.replay_requested_at = self._now()
-        self.replay_request_count += 1
+        if self.parked:
+            self.replay_request_count += 1
 
     def take_lease_over(self) -> None:
         """Another process takes the lease (acquire_leadership raises the token)."""
@@ -248,12 +249,16 @@ class FakeTermStore:
         ][:limit]
 
     async def oldest_hidden_transaction(self, publication: str, after: Position) -> int | None:
+        """Of the committed transactions: a running one's rows are nobody else's to see."""
         self.calls.append(("oldest_hidden_transaction", True))
         frontier = self.frontier
         hidden = [
             m.transaction_id
             for m in self.messages
-            if m.publication == publication and m.at > after and m.transaction_id >= frontier
+            if m.publication == publication
+            and m.at > after
+            and m.transaction_id >= frontier
+            and m.transaction_id not in self._open
         ]
         return min(hidden, default=None)
 

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from poller.batch_handlers import batch_handler
-from poller.daemon.delivery.handler_caller import HandlerCaller
+from poller.daemon.delivery.handler_caller import HandlerCaller, payload_message
 from poller.daemon.delivery.runs import Run
 from poller.daemon.reporting.failure_log import FailureLog, LogBudget
 from poller.handler_requests import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
@@ -29,7 +29,7 @@ def test_a_poison_storm_writes_a_few_tracebacks_then_says_how_many_it_left_out(
     now = [0.0]
     failures = FailureLog("billing", LogBudget(allowed=3, window=60.0), clock=lambda: now[0])
     caplog.set_level("INFO", logger="poller.daemon.reporting.failure_log")
-    messages = [delivery.envelope.payload for delivery in deliveries(50)]
+    messages = [payload_message(delivery.envelope) for delivery in deliveries(50)]
     for message in messages:
         failures.failed(message, ValueError("poison"), first=True)
     assert len(caplog.records) == 3

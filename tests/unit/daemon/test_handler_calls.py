@@ -17,6 +17,7 @@ from poller.daemon.delivery.handler_calls import (
     ending_of,
 )
 from poller.daemon.delivery.runs import Run, outcome_of
+from poller.daemon.handlers import Handler
 from poller.daemon.reporting.failure_log import FailureLog
 from poller.daemon.reporting.metrics import SubscriptionMetrics
 from poller.handler_requests import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
@@ -85,7 +86,8 @@ def test_every_call_path_reports_at_the_one_tap(shape: str) -> None:
     async def async_batch(messages: list[Message]) -> dict[object, BaseException]:
         return batch(messages)
 
-    handler = {"def": outcome, "async def": async_one, "batch def": batch}.get(shape, async_batch)
+    handlers: dict[str, Handler] = {"def": outcome, "async def": async_one, "batch def": batch}
+    handler = handlers.get(shape, async_batch)
     recorder = Recorder()
     caller = HandlerCaller(handler, 1, [recorder])
     asyncio.run(caller(Run(deliveries(3), 30.0), always))

@@ -15,7 +15,7 @@ from poller.daemon.delivery.runs import Run
 from poller.daemon.reporting.metrics import HANDLER_BUCKETS, HandlerTally, SubscriptionMetrics
 from poller.handler_requests import DestinationUnavailable, ParkMessage, RetryMessage, SkipMessage
 from poller.message import Message
-from tests.unit.daemon.test_handler_caller import always, deliveries
+from tests.unit.daemon.runs_support import always, deliveries
 
 
 def raising(error: BaseException | None) -> Callable[[Message], None]:

@@ -4,6 +4,7 @@ import pytest
 
 from poller.subscription import (
     START,
+    Command,
     Envelope,
     Park,
     Position,
@@ -158,13 +159,14 @@ def test_a_write_queued_before_a_seek_is_refused_by_its_epoch() -> None:
     acked(machine, first.delivery_id, 1.0)
     assert acked(machine, second.delivery_id, 1.0) == []  # at(1) is still being written
     assert machine.checkpoint_written(at(1), 0, 1.5) == [WriteCheckpoint(at(2), 0)]
-    queued = [WriteCheckpoint(at(2), 0)]  # behind other writes in the daemon's queue
+    queued: list[Command] = [WriteCheckpoint(at(2), 0)]  # behind other writes in the daemon's queue
 
     # The operator seeks back to at(1): the store is now in epoch 1 at at(1).
     store_epoch, store_checkpoint = 1, at(1)
     queued += machine.seek(at(1), 1, 2.0)
     assert queued == [WriteCheckpoint(at(2), 0), WriteCheckpoint(at(1), 1)]
     for write in queued:
+        assert isinstance(write, WriteCheckpoint)
         if write.epoch == store_epoch:
             store_checkpoint = write.position
             machine.checkpoint_written(write.position, write.epoch, 2.5)

@@ -617,7 +617,10 @@ class SubscriptionModel(RuleBasedStateMachine):
         back = [p for p in targets if self.write_queue and p < self.write_queue[-1][0]]
         to = data.draw(st.sampled_from(back or targets) | st.sampled_from(targets), "seek target")
         stored_before_seek = None
-        if self.write_queue and data.draw(st.booleans(), "a write lands just before the seek"):
+        # bool(): a draw after `and` would take the queue's type as its own.
+        if bool(self.write_queue) and data.draw(
+            st.booleans(), "a write lands just before the seek"
+        ):
             stored_before_seek = self._apply_next_write()
         self._expire()
         for message in self.read.values():
