@@ -3,7 +3,7 @@
 UV ?= $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast install lint bench uv tools
+.PHONY: demo test test-fast install lint docs bench uv tools
 
 uv:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --user --quiet uv
@@ -54,7 +54,13 @@ lint: install
 	$(UV) run --locked mypy
 	$(UV) run --locked lint-imports
 
-test: tools lint
+# The documentation site (mkdocs.yml) into site/, strictly: a broken link or anchor, a missing
+# snippet of the README, or a page left out of the nav fails the build (and so `make test`).
+# NO_MKDOCS_2_WARNING quiets Material's banner about MkDocs 2.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(UV) run --locked mkdocs build --strict --quiet
+
+test: tools lint docs
 	$(UV) run --locked pytest $(PYTEST_ARGS)
 
 # The everyday loop: no process-killing fault tests, no Spark.

@@ -1,9 +1,9 @@
 """outbox: append messages to the transactional outbox inside your own transaction.
 
-with psycopg.connect(url) as conn:
-    conn.execute("INSERT INTO orders ...")
-    outbox.append(conn, "orders", "OrderPlaced", {"id": 42})
-# committed together, or not at all
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO orders ...")
+        outbox.append(conn, "orders", "OrderPlaced", {"id": 42})
+    # committed together, or not at all
 
 The package is also the shared core every other package imports (positions, names and
 limits, the database URL's masking, the schema's files). Those modules are light; the writer

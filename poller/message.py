@@ -73,7 +73,7 @@ class Message:
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> "Message":
         """From the read query's columns, in its order: one is built per message read, and
-        the keyword call of __init__ (with a NamedTuple's __new__) cost 2.5 times this."""
+        the keyword call of `__init__` (with a NamedTuple's `__new__`) cost 2.5 times this."""
         (
             position,
             transaction_id,

@@ -16,11 +16,12 @@ import pytest
 from outbox_cli.demo.workload import WorkloadShape
 from tests.support.cli import outbox_environment
 from tests.support.databases import PROJECT_ROOT
+from tests.support.documentation import page
 from tests.support.writers import KeyedWriter, WorkloadLoop
 
 PUBLICATION = "orders"
 EXAMPLE = PROJECT_ROOT / "examples" / "projection_counts.py"
-README = PROJECT_ROOT / "README.md"
+CATCH_UP = page("how-to/catch-up.md")
 KILLS = 6
 
 
@@ -101,7 +102,7 @@ def test_the_projection_killed_at_random_counts_every_committed_message_once(
 
 
 def test_the_readme_shows_the_example_projection() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", CATCH_UP.read_text(), re.S)
     shown = [block for block in blocks if "def project_counts" in block]
     assert len(shown) == 1
     body = shown[0][shown[0].index("def project_counts") :]

@@ -17,7 +17,8 @@ from poller.daemon.options import DaemonOptions
 from poller.message import Message
 from tests.integration.test_daemon import append, subscribe
 from tests.support.daemons import wait_until
-from tests.support.databases import PROJECT_ROOT, database_name
+from tests.support.databases import database_name
+from tests.support.documentation import page
 from tests.support.inprocess import FAST
 from tests.support.metrics_scrape import Series, free_port, get, scrape, value
 
@@ -115,10 +116,10 @@ def test_every_metric_the_daemon_serves_is_in_the_readme(database_url: str) -> N
             lambda s: value(s, "outbox_leader", subscription="sub") == 1,
             "the daemon to lead",
         )
-    readme = (PROJECT_ROOT / "README.md").read_text()
+    reference = page("reference/metrics.md").read_text()
     names = {re.sub(r"_(bucket|count|sum|created)$", "", name) for name, _ in series}
     assert len(names) >= 17
-    assert not {name for name in names if f"`{name}" not in readme}
+    assert not {name for name in names if f"`{name}" not in reference}
 
 
 def test_a_handler_past_its_timeout_counts_as_failed_and_its_retry_as_retried(

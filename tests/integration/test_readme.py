@@ -1,22 +1,22 @@
-"""The README's Python snippets run, in order, against a fresh database."""
+"""The documentation's Python snippets (the README's, then the site's pages in the order of its
+nav) run, in order, against a fresh database."""
 
 import re
 
 import pytest
 
-from outbox.queries import sql_directory
-
-README = sql_directory().parent / "README.md"
+from tests.support import documentation
 
 
 def test_the_readme_snippets_run(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    text = documentation.text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 2
     # The tour's application reads the URL as every `outbox` command does.
     monkeypatch.setenv("OUTBOX_DATABASE_URL", database_url)
     namespace = {"DATABASE_URL": database_url, "SQLALCHEMY_URL": sqlalchemy_url(database_url)}
     for block in blocks:
-        exec(compile(block, str(README), "exec"), namespace)
+        exec(compile(block, "documentation", "exec"), namespace)
     import psycopg
 
     with psycopg.connect(database_url) as conn:
@@ -33,7 +33,7 @@ def test_the_readme_snippets_run(database_url: str, monkeypatch: pytest.MonkeyPa
         ).fetchone()
     # The quickstart's messages, after the tour's (when the README has one).
     assert types[-3:] == [("OrderPlaced",), ("OrderChanged",), ("InvoiceDue",)]
-    if "DaemonThread(" in README.read_text():
+    if "DaemonThread(" in text:
         # The daemon run inside the application delivered its message and checkpointed it.
         assert delivered == (1,)
 

@@ -1,4 +1,5 @@
-"""Every `outbox` command line in the README's shell blocks parses against the CLI itself, so
+"""Every `outbox` command line in the shell blocks of the README, the docs site's pages and
+outbox_spark/README.md parses against the CLI itself, so
 a renamed command, option or job (the README once named the Spark job `message_type_counts`,
 which the command refused) fails here rather than for a reader."""
 
@@ -11,9 +12,10 @@ import pytest
 
 from outbox_cli.main import cli
 from outbox_spark.jobs import load_job
+from tests.support import documentation
 
 PROJECT = Path(__file__).resolve().parents[2]
-READMES = [PROJECT / "README.md", PROJECT / "outbox_spark" / "README.md"]
+READMES = [*documentation.pages(), PROJECT / "outbox_spark" / "README.md"]
 SHELL_BLOCK = re.compile(r"```(?:sh|bash|shell)\n(.*?)```", re.S)
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 

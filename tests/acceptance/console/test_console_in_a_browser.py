@@ -2,7 +2,7 @@
 `outbox poll`: what an operator sees and does, and what the daemon then delivers.
 
 One database, one daemon and one console serve the module; each test has subscriptions of
-its own. OUTBOX_CONSOLE_SCREENSHOTS=DIR saves the pages the README shows into DIR.
+its own. OUTBOX_CONSOLE_SCREENSHOTS=DIR saves the pages the docs show (docs/console/) into DIR.
 """
 
 import os

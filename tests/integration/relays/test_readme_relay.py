@@ -1,6 +1,6 @@
-"""The README's relay recipe runs as written: the relay inside an application's process
-publishes to NATS and, its broker connection closed on the daemon's loop (`closers`), leaves
-no task behind (asyncio's "Task was destroyed but it is pending!")."""
+"""The relay recipe of the docs (how-to/relays.md) runs as written: the relay inside an
+application's process publishes to NATS and, its broker connection closed on the daemon's loop
+(`closers`), leaves no task behind (asyncio's "Task was destroyed but it is pending!")."""
 
 import gc
 import logging
@@ -11,18 +11,18 @@ import psycopg
 import pytest
 
 import outbox
-from outbox.queries import sql_directory
 from poller import operations
 from tests.support import brokers
 from tests.support.broker_streams import nats_stream
 from tests.support.daemons import wait_until
+from tests.support.documentation import page
 
-README = sql_directory().parent / "README.md"
+RELAYS = page("how-to/relays.md")
 RECIPE_URL = "nats://127.0.0.1:4222?subject=orders.{message_type}"
 
 
 def relay_recipe() -> str:
-    blocks: list[str] = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", RELAYS.read_text(), re.S)
     (recipe,) = [block for block in blocks if "outbox_relays.handler(" in block]
     assert "closers=[relay.close]" in recipe
     return recipe
@@ -37,7 +37,7 @@ def test_the_readme_relay_recipe_publishes_and_leaves_no_task_behind(
     assert RECIPE_URL in recipe
     namespace: dict[str, object] = {"DATABASE_URL": database_url}
     exec(
-        compile(recipe.replace(RECIPE_URL, destination.url(brokers.NATS[2])), "README", "exec"),
+        compile(recipe.replace(RECIPE_URL, destination.url(brokers.NATS[2])), str(RELAYS), "exec"),
         namespace,
     )
     with psycopg.connect(database_url, autocommit=True) as conn:

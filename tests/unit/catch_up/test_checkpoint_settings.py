@@ -4,12 +4,12 @@ one-line refusal naming the variable (or argument) and the bad value."""
 import pytest
 
 import poller
-from outbox.queries import sql_directory
 from poller.catch_up.settings import (
     CheckpointSettings,
     CheckpointSettingsError,
     checkpoint_settings,
 )
+from tests.support.documentation import page
 
 
 def test_the_defaults_are_100_messages_and_5_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,7 +62,7 @@ def test_a_bad_argument_fails_at_the_call_naming_it(
 
 
 def test_the_readme_table_shows_the_defaults_of_the_settings() -> None:
-    readme = (sql_directory().parent / "README.md").read_text()
+    readme = page("reference/configuration.md").read_text()
     for name, field in CheckpointSettings.model_fields.items():
         default = field.default
         shown = int(default) if float(default).is_integer() else default

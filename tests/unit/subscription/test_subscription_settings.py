@@ -2,11 +2,11 @@
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 
 from poller.subscription import SETTINGS, SettingSpec, Strategy, SubscriptionSettings
+from tests.support.documentation import page
 
 REQUIRED = {"strategy": "pinned", "consumers": 2, "max_in_flight": 4}
 
@@ -146,11 +146,11 @@ def _escaped(value: object) -> str:
 
 
 def test_the_readme_table_shows_every_setting_as_the_settings_define_it() -> None:
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    readme = page("reference/subscription-settings.md").read_text(encoding="utf-8")
     for spec in SETTINGS:
         default = spec.default.value if isinstance(spec.default, Strategy) else spec.default
         row = next(
             (line for line in readme.splitlines() if line.startswith(f"| `{spec.name}` |")), None
         )
-        assert row is not None, f"README has no row for {spec.name}"
+        assert row is not None, f"reference/subscription-settings.md has no row for {spec.name}"
         assert f"| `{default}` | {spec.allowed} |" in row, row
