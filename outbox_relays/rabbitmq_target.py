@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import aio_pika
 import aio_pika.abc
+import aiormq
 from aio_pika.exceptions import (
     AMQPError,
     AuthenticationError,
@@ -94,7 +95,7 @@ class RabbitMqTarget:
         self._cloud_events = url.cloud_events()
         self._connection: aio_pika.abc.AbstractConnection | None = None
         self._channel: aio_pika.abc.AbstractChannel | None = None
-        self._exchanges: dict[str, aio_pika.abc.AbstractExchange] = {}
+        self._prepared: set[str] = set()
         """The exchanges checked (or declared) on the current channel, by name."""
         self._max_size: int | None = None
         """The broker's largest message body, once a larger one made it close the channel."""
@@ -173,14 +174,28 @@ class RabbitMqTarget:
         messages it refused, not to repeats."""
         try:
             channel = await self._open_channel()
-            exchanges = {name: await self._prepare(channel, name) for _, name, _, _ in batch}
+            for name in dict.fromkeys(name for _, name, _, _ in batch):  # in batch order
+                await self._prepare(channel, name)
+            frames = await channel.get_underlay_channel()
+            # aiormq's channel: wait= is its own, not its abstract interface's.
+            assert isinstance(frames, aiormq.Channel)
         except _BROKER_ERRORS as error:
             raise self._unavailable(error, None) from None
         # Each publish takes the channel's lock in the order the tasks start, so the frames go
-        # out in batch order while the confirms come back concurrently.
+        # out in batch order while the confirms come back concurrently. wait=False: a publish
+        # hands its frames to the connection's writer and lets the next one in, instead of
+        # holding the lock until the writer drained them (aio-pika's Exchange.publish), which
+        # cost every message a round through the loop and a socket write of its own.
         results = await asyncio.gather(
             *(
-                exchanges[exchange].publish(amqp, routing_key, mandatory=True)
+                frames.basic_publish(
+                    amqp.body,
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    properties=amqp.properties,
+                    mandatory=True,
+                    wait=False,
+                )
                 for _, exchange, routing_key, amqp in batch
             ),
             return_exceptions=True,
@@ -216,11 +231,11 @@ class RabbitMqTarget:
         missing = any(
             isinstance(u, BrokerUnavailable) and u.kind == "missing" for u in unsent.values()
         )
-        if missing and self._declare and self._exchanges:
+        if missing and self._declare and self._prepared:
             # Deleted while the relay runs: declared again at the next attempt, not only
             # once per channel.
             log.warning("relay to RabbitMQ: a destination went missing, declaring it again")
-            self._exchanges = {}
+            self._prepared = set()
         return []
 
     async def _open_channel(self) -> aio_pika.abc.AbstractChannel:
@@ -232,7 +247,7 @@ class RabbitMqTarget:
             connection = self._connection = await self._connect()
         if self._channel is None or self._channel.is_closed:
             # A channel the server closed (a missing exchange) is replaced, the connection kept.
-            self._exchanges = {}
+            self._prepared = set()
             channel = connection.channel(publisher_confirms=True, on_return_raises=True)
             await channel.initialize()
             self._channel = channel
@@ -266,30 +281,23 @@ class RabbitMqTarget:
                 " the user has no access to it",
             ) from None
 
-    async def _prepare(
-        self, channel: aio_pika.abc.AbstractChannel, name: str
-    ) -> aio_pika.abc.AbstractExchange:
-        """The exchange `name`, checked (or declared) once per channel, its queue with it."""
-        exchange = self._exchanges.get(name)
-        if exchange is not None:
-            return exchange
-        if not name:
-            exchange = channel.default_exchange
-        elif self._declare:
-            exchange = await channel.declare_exchange(
-                name, aio_pika.ExchangeType.TOPIC, durable=True
-            )
-        else:
+    async def _prepare(self, channel: aio_pika.abc.AbstractChannel, name: str) -> None:
+        """The exchange `name` checked (or declared) once per channel, its queue with it (the
+        default exchange, named "", always exists)."""
+        if name in self._prepared:
+            return
+        if name and self._declare:
+            await channel.declare_exchange(name, aio_pika.ExchangeType.TOPIC, durable=True)
+        elif name:
             # Checked up front: a publish to a missing exchange closes the channel with a
             # reason that would not say which of the batch's exchanges is missing.
             try:
-                exchange = await channel.declare_exchange(name, passive=True)
+                await channel.declare_exchange(name, passive=True)
             except ChannelNotFoundEntity:
                 raise self._missing_exchange(name) from None
         if self._queue is not None:
             await self._prepare_queue(channel, name)
-        self._exchanges[name] = exchange
-        return exchange
+        self._prepared.add(name)
 
     async def _prepare_queue(self, channel: aio_pika.abc.AbstractChannel, exchange: str) -> None:
         assert self._queue is not None
