@@ -20,6 +20,7 @@ refused, and that refusal cannot be told apart from a duplicate's: a lost messag
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import uuid
@@ -40,27 +41,31 @@ from poller.message import Message
 
 # KEYS: stream 1, its dedup key 1, stream 2, dedup key 2, ... (one pair per message; a
 # script must declare every key it touches). ARGV: the dedup window in ms, "1" to create a
-# missing stream, the approximate maxlen ("0" for none), then per message its number of
-# field and value items followed by those items. Returns {stop, wrong...}: stop is the number
-# of the message whose stream was missing, where the script stopped after adding the messages
-# before it (0: it went through), then the numbers of the messages whose stream name is a key
-# of another type (WRONGTYPE), which it skipped: those can never be added.
+# missing stream, the approximate maxlen ("0" for none), then per message one JSON array of
+# its field and value items (strings). One argument a message, not one an item: the client
+# packs each argument of a command in Python and the server parses each one, and a message is
+# some 15 items; cjson (built into Redis' Lua) unpacks the array in C. Returns {stop,
+# wrong...}: stop is the number of the message whose stream was missing, where the script
+# stopped after adding the messages before it (0: it went through), then the numbers of the
+# messages whose stream name is a key of another type (WRONGTYPE), which it skipped: those can
+# never be added.
 _SCRIPT = """
 local window, create, maxlen = ARGV[1], ARGV[2] == '1', ARGV[3]
 local options = {}
-if not create then table.insert(options, 'NOMKSTREAM') end
+if not create then options[#options + 1] = 'NOMKSTREAM' end
 if maxlen ~= '0' then
-    table.insert(options, 'MAXLEN'); table.insert(options, '~'); table.insert(options, maxlen)
+    options[#options + 1] = 'MAXLEN'; options[#options + 1] = '~'; options[#options + 1] = maxlen
 end
-table.insert(options, '*')
-local at = 4
+options[#options + 1] = '*'
 local answer = {0}
 for i = 1, #KEYS, 2 do
-    local stream, seen, count = KEYS[i], KEYS[i + 1], tonumber(ARGV[at])
+    local stream, seen = KEYS[i], KEYS[i + 1]
     if redis.call('SET', seen, '1', 'NX', 'PX', window) then
+        local items = cjson.decode(ARGV[3 + (i + 1) / 2])
         local command = {stream}
-        for _, option in ipairs(options) do table.insert(command, option) end
-        for item = at + 1, at + count do table.insert(command, ARGV[item]) end
+        for n = 1, #options do command[n + 1] = options[n] end
+        local before = #command
+        for n = 1, #items do command[before + n] = items[n] end
         -- pcall: a failing XADD (a key of another type) must not leave its SET behind, or
         -- the next attempt would take the message for a duplicate and drop it.
         local added = redis.pcall('XADD', unpack(command))
@@ -76,7 +81,6 @@ for i = 1, #KEYS, 2 do
             table.insert(answer, (i + 1) / 2)
         end
     end
-    at = at + count + 1
 end
 return answer
 """
@@ -139,8 +143,9 @@ class RedisTarget:
                     items += (field, value)
             for field, value in fields.application_headers(message, fields.REDIS_NAMES).items():
                 items += (field, value)
-            args.append(str(len(items)))
-            args += items
+            # ensure_ascii=False: the text as it is, UTF-8 on the wire, which cjson passes
+            # through unchanged.
+            args.append(json.dumps(items, ensure_ascii=False))
         try:
             async with asyncio.timeout(self._timeout):
                 answer = await self._run(keys, args)

@@ -1,6 +1,7 @@
 """The Redis streams target against the Redis server on this machine."""
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -83,6 +84,37 @@ async def test_a_batch_is_added_in_order_with_every_field(
     assert got == expected(messages)
     assert next(iter(got[0])) == "data"
     assert fields.PARTITION_KEY not in got[-1]
+
+
+async def test_text_beyond_ascii_and_json_escapes_arrive_as_written(
+    client: redis.asyncio.Redis, prefix: str
+) -> None:
+    """Each message reaches the script as one JSON array: what cjson unpacks there must be the
+    very text, accents, an emoji (outside the BMP), quotes, backslashes and newlines included."""
+    await create_stream(client, prefix)
+    texts = ['{"name": "Zoë \\"Ω\\" 🚀"}', '{"path": "C:\\\\x\\ny", "empty": ""}']
+    messages = [
+        Message(
+            position=m.position,
+            transaction_id=m.transaction_id,
+            publication=m.publication,
+            message_id=m.message_id,
+            message_type="ordre.passé",
+            partition_key="clé",
+            data_text=text,
+            headers_text=m.headers_text,
+            appended_at=m.appended_at,
+        )
+        for m, text in zip(made_messages(2), texts, strict=True)
+    ]
+    relay = target(f"stream={prefix}")
+    assert await relay.publish(messages) == {}
+    await relay.close()
+    assert await entries(client, prefix) == expected(messages)
+    assert [json.loads(entry["data"]) for entry in await entries(client, prefix)] == [
+        {"name": 'Zoë "Ω" 🚀'},
+        {"path": "C:\\x\ny", "empty": ""},
+    ]
 
 
 async def test_the_same_batch_again_after_a_crash_is_not_added_twice(
