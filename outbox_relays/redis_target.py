@@ -20,12 +20,12 @@ refused, and that refusal cannot be told apart from a duplicate's: a lost messag
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import uuid
 from collections.abc import Mapping, Sequence
 
+import orjson
 import redis.asyncio
 import redis.exceptions
 from redis.asyncio.retry import Retry
@@ -129,7 +129,7 @@ class RedisTarget:
 
     async def publish(self, messages: Sequence[Message]) -> Mapping[Position, Unsent]:
         keys: list[str] = []
-        args: list[str] = [self._window_ms, "1" if self._declare else "0", self._maxlen]
+        args: list[str | bytes] = [self._window_ms, "1" if self._declare else "0", self._maxlen]
         for message in messages:
             stream = self._stream.render(message)
             marker = f"{stream}:outbox-published:{fields.dedup_id(message, self._generation)}"
@@ -143,9 +143,9 @@ class RedisTarget:
                     items += (field, value)
             for field, value in fields.application_headers(message, fields.REDIS_NAMES).items():
                 items += (field, value)
-            # ensure_ascii=False: the text as it is, UTF-8 on the wire, which cjson passes
+            # orjson writes the text as it is, UTF-8 (no \u escapes), which cjson passes
             # through unchanged.
-            args.append(json.dumps(items, ensure_ascii=False))
+            args.append(orjson.dumps(items))
         try:
             async with asyncio.timeout(self._timeout):
                 answer = await self._run(keys, args)
@@ -196,7 +196,7 @@ class RedisTarget:
             await self.close()
             raise BrokerUnavailable("connection", f"Redis {self._address}: {error}") from error
 
-    async def _run(self, keys: list[str], args: list[str]) -> list[int]:
+    async def _run(self, keys: list[str], args: list[str | bytes]) -> list[int]:
         script = await self._connected()
         answer: list[int] = await script(keys=keys, args=args)
         return answer
