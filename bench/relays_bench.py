@@ -1,7 +1,9 @@
 """Relays against the broker itself, in the same run:
 - throughput: messages per second relayed from a backlog with the defaults (one relay,
   batches of 500), next to a plain client loop publishing the same messages with the same
-  batching and confirmations (the physical limit here);
+  batching and confirmations (the physical limit here); and the CPU each spends per message,
+  this process's (the client loop; the daemon reading, relaying and checkpointing) and the
+  broker's, which on a machine shared with writers is what bounds both;
 - latency: commit to the broker's confirmation, p50 and p99, with 16 writer processes
   committing 1,000 messages/s between them (bench/load_bench.py's writers), next to the daemon
   with an `async def` no-op handler (what the relay adds over delivery itself).
@@ -13,10 +15,12 @@ import asyncio
 import contextlib
 import os
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aio_pika
@@ -46,6 +50,11 @@ CLIENT = "plain client loop"
 DAEMON = "daemon, async def no-op"
 
 Publish = Callable[[list[Message]], Awaitable[object]]
+
+BROKER_PROCESSES = {"nats": "nats-server", "redis": "redis-server", "rabbitmq": "beam.smp"}
+"""Each broker's process, whose CPU the throughput rows count beside ours."""
+
+AIMS = {"nats": "aim >= 0.8x", "redis": "aim >= 0.8x", "rabbitmq": "aim >= 0.9x"}
 
 
 @dataclass(frozen=True)
@@ -77,11 +86,16 @@ def run(database_url: str, quick: bool) -> list[Measurement]:
     fill(database_url, "relay", count)
     messages = backlog(database_url, count)
     for name, make in answering.items():
-        client, relayed = asyncio.run(throughput(database_url, messages, make))
+        client, relayed = asyncio.run(throughput(database_url, messages, make, name))
         group = f"{name}, {count:,} messages"
+        cpu = f"{name}, CPU per message"
         measurements += [
-            Measurement(group, CLIENT, client, "msg/s", note=f"batches of {BATCH}"),
-            Measurement(group, RELAY, relayed, "msg/s", CLIENT, "aim >= 0.5x"),
+            Measurement(group, CLIENT, client.rate, "msg/s", note=f"batches of {BATCH}"),
+            Measurement(group, RELAY, relayed.rate, "msg/s", CLIENT, AIMS[name]),
+            Measurement(
+                cpu, CLIENT, client.cpu, "us", note=client.broker_note, higher_is_better=False
+            ),
+            Measurement(cpu, RELAY, relayed.cpu, "us", CLIENT, relayed.broker_note, False),
         ]
     measurements += latency(database_url, answering, seconds)
     return measurements
@@ -107,15 +121,69 @@ def backlog(database_url: str, count: int) -> list[Message]:
     return messages
 
 
-async def throughput(database_url: str, messages: list[Message], make: Make) -> tuple[float, float]:
+@dataclass(frozen=True)
+class Drain:
+    rate: float
+    """Messages per second."""
+    cpu: float
+    """Microseconds of this process's CPU per message."""
+    broker: float | None
+    """Microseconds of the broker process's CPU per message, where it could be read."""
+
+    @property
+    def broker_note(self) -> str:
+        return "" if self.broker is None else f"broker {self.broker:,.0f} us"
+
+
+async def throughput(
+    database_url: str, messages: list[Message], make: Make, broker: str
+) -> tuple[Drain, Drain]:
     async with make() as destination:
-        started = time.perf_counter()
-        for start in range(0, len(messages), BATCH):
-            await destination.publish(messages[start : start + BATCH])
-        client = len(messages) / (time.perf_counter() - started)
+        with drained(messages, broker) as client:
+            for start in range(0, len(messages), BATCH):
+                await destination.publish(messages[start : start + BATCH])
     async with make() as destination:
-        relayed = await asyncio.to_thread(relay_rate, database_url, destination, messages)
-    return client, relayed
+        with drained(messages, broker) as relayed:
+            await asyncio.to_thread(relay_rate, database_url, destination, messages)
+    return client.pop(), relayed.pop()
+
+
+@contextlib.contextmanager
+def drained(messages: list[Message], broker: str) -> Iterator[list[Drain]]:
+    """Times the block's drain of `messages`: yields a list that holds its Drain after."""
+    result: list[Drain] = []
+    pid = broker_pid(BROKER_PROCESSES[broker])
+    started, cpu, broker_cpu = time.perf_counter(), time.process_time(), cpu_seconds(pid)
+    yield result
+    elapsed, count = time.perf_counter() - started, len(messages)
+    broker_used = cpu_seconds(pid)
+    result.append(
+        Drain(
+            count / elapsed,
+            (time.process_time() - cpu) / count * 1e6,
+            None
+            if broker_cpu is None or broker_used is None
+            else (broker_used - broker_cpu) / count * 1e6,
+        )
+    )
+
+
+def broker_pid(process_name: str) -> int | None:
+    """The oldest local process of that name (the broker the bench talks to on localhost)."""
+    found = subprocess.run(["pgrep", "-o", "-x", process_name], capture_output=True, text=True)
+    return int(found.stdout) if found.returncode == 0 else None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User and system CPU seconds of process `pid` (Linux's /proc), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text() if pid is not None else ""
+    except OSError:
+        return None
+    if not stat:
+        return None
+    fields_after_name = stat.rsplit(")", 1)[1].split()
+    return (int(fields_after_name[11]) + int(fields_after_name[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def relay_rate(database_url: str, destination: Destination, messages: list[Message]) -> float:
