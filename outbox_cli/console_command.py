@@ -27,7 +27,7 @@ def _root_path(_context: click.Context, _parameter: click.Parameter, value: str)
     default=DEFAULT_HOST,
     show_default=True,
     help="The address to listen on. Another than localhost serves the console to the network:"
-    " put it behind a reverse proxy with TLS (README: The console); without a token it is"
+    " put it behind a reverse proxy with TLS (docs/how-to/console.md); without a token it is"
     " refused unless --serve-without-token.",
 )
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True)

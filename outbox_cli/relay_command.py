@@ -22,7 +22,7 @@ RELAY_TO_VARIABLE = environment_variable("relay_to")
     "--to",
     "url",
     help="Where to publish: nats://, redis://, amqp://, http(s):// with the target's settings"
-    " as query parameters (README: Relays). Any other user of this host can read a command"
+    " as query parameters (docs/how-to/relays.md). Any other user of this host can read a command"
     f" line: give a URL with credentials through --to-file or {RELAY_TO_VARIABLE}."
     f" [required: here, --to-file, {RELAY_TO_VARIABLE} or `to` in --config]",
 )

@@ -1,4 +1,5 @@
-"""Daemon and CLI settings, from OUTBOX_* environment variables (see the README's table)."""
+"""Daemon and CLI settings, from OUTBOX_* environment variables (see
+docs/reference/configuration.md)."""
 
 from functools import cache
 from pathlib import Path

@@ -440,7 +440,7 @@ $$;
 -- Per publication, the last message (in delivery order) of every partition retention has
 -- dropped: a reader resuming after a position below it would never see the retired messages
 -- after that position, so catch-up subscriptions and the operator's create and seek refuse it
--- (see the retention section of docs/architecture.md). Written only by
+-- (see docs/explanation/retention.md). Written only by
 -- outbox.retire_message_partition, in the transaction of the drop.
 CREATE TABLE outbox.retired_positions (
     publication_id text PRIMARY KEY,
@@ -727,7 +727,7 @@ $$;
 -- shard_count is the layout the subscription is in; during a change of it, the old count is
 -- draining_shard_count: its shards finish every message up to the barrier (the end of the
 -- transactions older than the change), and the new shards start after the barrier only once
--- they have (see docs/architecture.md, "Shards"). last_processed_* is then the floor: the
+-- they have (see docs/explanation/shards.md). last_processed_* is then the floor: the
 -- lowest checkpoint of any shard, which retention, the status view and `outbox skip` read.
 ALTER TABLE outbox.subscriptions
     ADD COLUMN shard_count integer NOT NULL DEFAULT 1,

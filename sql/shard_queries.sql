@@ -1,5 +1,5 @@
 -- The statements of a shard's leader and of the processes sharing a sharded subscription (see
--- docs/architecture.md, "Shards"). Same format as queries.sql.
+-- docs/explanation/shards.md). Same format as queries.sql.
 
 -- get_subscription_for_shard --
 -- One subscription as a shard's new term starts it: get_subscription's columns with the shard's own checkpoint (the subscription's when it is plain), then its shard layout.

@@ -1,2 +1,2 @@
 """Catch-up subscriptions for consumers that keep their own position: a stream from a chosen
-start, CaughtUp, then live messages with Checkpoint signals (see docs/architecture.md)."""
+start, CaughtUp, then live messages with Checkpoint signals (see docs/explanation/catch-up.md)."""

@@ -1,5 +1,6 @@
 """How often a subscription signals a checkpoint: OUTBOX_CHECKPOINT_* variables, overridable
-per call. Each default lives here; the README's table is checked against it."""
+per call. Each default lives here; the docs' table (reference/configuration.md) is checked
+against it."""
 
 from typing import Annotated, Any
 

@@ -4,7 +4,7 @@ Messages of one key must stay in order across the change, yet the old shards and
 split keys differently. So the change is made at a barrier B, a place in delivery order: the
 old shards (the draining count) deliver every message up to B, and the new shards start after
 B only once all of those are finished, which the daemon sees and then ends the change (see
-docs/architecture.md, "Shards"). B is the end of the last transaction older than the change's
+docs/explanation/shards.md). B is the end of the last transaction older than the change's
 own, so nothing a term of the old layout reads before it sees the change (its snapshot counts
 the change's transaction as running) lands after it, and at least every shard's checkpoint,
 so no new shard starts behind what an old one finished.

@@ -11,7 +11,7 @@ own transaction id, so each is readable as soon as the transactions older than t
 Messages written here are told apart from restored ones by the row's xmin (see the
 rebase_last_restored_position query). Once the counter has passed every restored id there is
 nothing to rewrite, and messages written here before it did are refused, not guessed at (see
-docs/architecture.md, "Restores into another cluster"). Writers wait while it runs (the
+docs/explanation/roles-and-restores.md). Writers wait while it runs (the
 tables are locked for writing), and it refuses to run while a daemon leads a subscription.
 When the cluster has assigned fewer ids than the rewrite needs, it first uses up enough.
 """

@@ -2,7 +2,7 @@
 
 Every setting's default, one-line description, unit and bounds live in its dataclass field's
 metadata; `SETTINGS` lists them as `SettingSpec` records, the one source for validation, CLI
-option help and the README table.
+option help and the docs' table (reference/subscription-settings.md).
 """
 
 import dataclasses

@@ -45,7 +45,7 @@ def test_repeatable_read_writers_locking_before_their_first_write_commit_in_orde
     """Under REPEATABLE READ the snapshot is the transaction's first statement's, so a row lock
     taken after a first write gives no view of the lock holder's message. A transaction that
     takes its lock before it writes anything takes its xid after the holder committed, and
-    that alone orders it after (docs/architecture.md, "Commit order")."""
+    that alone orders it after (docs/explanation/ordering.md)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("CREATE TABLE aggregates (id text PRIMARY KEY, version int NOT NULL)")
         conn.execute("INSERT INTO aggregates VALUES ('a', 0)")

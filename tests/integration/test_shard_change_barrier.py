@@ -121,7 +121,7 @@ async def test_a_change_ends_only_after_every_transaction_older_than_it(
     before the barrier: its messages are the old shards'. The change must not end while it may
     still commit, or nobody delivers them (the old shards' rows go, the new shards start after
     the barrier). An older writer that appends after the change committed is ordered after the
-    change (commit order, docs/architecture.md), so past the barrier: the new shards'."""
+    change (commit order, docs/explanation/ordering.md), so past the barrier: the new shards'."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         operations.create(conn, "sub", "orders", "start", {}, shards=2)
     append_safely(database_url, 10)

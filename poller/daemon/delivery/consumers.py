@@ -181,7 +181,8 @@ class Consumers:
 
     def take_out(self, stale: Callable[[Deliver], bool]) -> list[Outcome]:
         """Withdraw every delivery `stale` picks that no handler has started: an operator skip
-        finished its message, so it must not run (README: "finished, never delivered")."""
+        finished its message, so it must not run (docs/reference/commands.md: "finished, never
+        delivered")."""
         outcomes = [o for c in self._consumers.values() for o in c.take_out(stale)]
         self.check_idle()
         return outcomes

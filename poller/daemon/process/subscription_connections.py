@@ -8,7 +8,7 @@ on its own thread (lease_renewer.py): every lease and the membership, renewed in
 
 Four for writes, not one: under a CPU-bound `def` handler each statement's answer waits for the
 event loop to get the GIL back from the handler threads, and the statements of 16 shards queued
-on one connection came so late that their leases lapsed (see docs/architecture.md).
+on one connection came so late that their leases lapsed (see docs/explanation/daemon.md).
 """
 
 import asyncio
