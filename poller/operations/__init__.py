@@ -6,12 +6,14 @@ its worker alike.
 
 The rules live in this package's modules, one topic each: subscriptions (create, read, update,
 delete), seeks, skips, parked messages, shard_changes (a change of the shard count),
-subscription_status (where subscriptions stand), pollable (whether `outbox poll` may deliver
-one), message_lookup and messages (reading messages), previews (what an action would change)
-and confirmed (the actions taken only as previewed), privileges (what the connected role may
-do), read_replica, retention, archives; the refusals they raise in refusals, the places an
-operator types in places, the retired-up-to mark's rule in retired_mark. The SQL lives in
-poller.store.
+subscription_status (where subscriptions stand) and shard_views (their shards), pollable
+(whether `outbox poll` may deliver one), message_lookup and messages (reading messages),
+previews (what an action would change) and confirmed (the actions taken only as previewed),
+privileges (what the connected role may do), figures (what the console samples),
+read_replica, retention, archives, restores (`outbox rebase`); the refusals they raise in
+refusals, the places an operator types in places, the retired-up-to mark's rule in
+retired_mark. The SQL lives in poller.store; what the façade returns is its own, made from the
+store's rows at this boundary, so the store's types can change for the daemon alone.
 """
 
 from poller.blockers import Blocker
@@ -24,10 +26,18 @@ from poller.operations.confirmed import (
     seek_as_shown,
     skip_as_shown,
 )
-from poller.operations.figures import messages_between, runtime, shard_checkpoints
+from poller.operations.figures import (
+    Runtime,
+    ShardCheckpoint,
+    messages_between,
+    runtime,
+    shard_checkpoints,
+)
 from poller.operations.message_lookup import delete_publication_messages, find_message
 from poller.operations.messages import (
     MAX_LATEST,
+    MessageExcerpt,
+    ParkedExcerpt,
     latest_messages,
     parked_message_excerpt,
     publications,
@@ -63,6 +73,7 @@ from poller.operations.refusals import (
     SubscriptionError,
     quoted,
 )
+from poller.operations.restores import RebaseResult, rebase
 from poller.operations.retention import (
     PartitionHolder,
     RetentionHolder,
@@ -73,8 +84,15 @@ from poller.operations.retention import (
 )
 from poller.operations.seeks import seek, seek_to_message, seek_to_time
 from poller.operations.shard_changes import ShardChange, change_shard_count
+from poller.operations.shard_views import ShardLeader, ShardLeadership, ShardStatus
 from poller.operations.skips import PendingSkip, SkipRequested, request_skip, skip_request
-from poller.operations.subscription_status import SubscriptionStatus, read_server, shards, status
+from poller.operations.subscription_status import (
+    ReadServerStatus,
+    SubscriptionStatus,
+    read_server,
+    shards,
+    status,
+)
 from poller.operations.subscriptions import (
     Subscription,
     create,
@@ -83,11 +101,10 @@ from poller.operations.subscriptions import (
     list_all,
     update_settings,
 )
-from poller.store.operator_store import MessageExcerpt, ParkedExcerpt, Runtime, ShardCheckpoint
-from poller.store.read_server_check import ReadServerStatus
-from poller.store.rebase_store import RebaseRefusedError, RebaseResult, rebase
+
+# Raised or checked, not returned: front ends catch the store's own errors.
+from poller.store.rebase_store import RebaseRefusedError
 from poller.store.restore_check import RestoredDatabaseError, ensure_not_restored
-from poller.store.shard_store import ShardLeader, ShardLeadership, ShardStatus
 
 __all__ = [
     "MAX_LATEST",

@@ -1,7 +1,8 @@
 """Reading a publication's messages: a tail, the newest ones, a snapshot-safe page."""
 
+import datetime
 from collections.abc import AsyncGenerator, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -13,11 +14,54 @@ from poller.message import Message
 from poller.operations.parked import no_parked_message
 from poller.operations.places import parse_place
 from poller.operations.subscriptions import get
+from poller.store import operator_store
 from poller.store.message_reads import read_batch
-from poller.store.operator_store import MessageExcerpt, OperatorStore, ParkedExcerpt
+from poller.store.operator_store import OperatorStore
 
 # A page shows at most this many: more is not read in a browser, and would load the database.
 MAX_LATEST = 1000
+
+
+class MessageExcerpt(NamedTuple):
+    """A message as a page shows it: its payload and headers (JSON text) cut to the first
+    characters asked for, with their whole lengths."""
+
+    at: Position
+    publication: str
+    message_id: str
+    message_type: str
+    partition_key: str | None
+    data_start: str
+    data_length: int
+    headers_start: str
+    headers_length: int
+    appended_at: datetime.datetime
+
+    @classmethod
+    def of(cls, row: operator_store.MessageExcerpt) -> "MessageExcerpt":
+        return cls(
+            row.at,
+            row.publication,
+            row.message_id,
+            row.message_type,
+            row.partition_key,
+            row.data_start,
+            row.data_length,
+            row.headers_start,
+            row.headers_length,
+            row.appended_at,
+        )
+
+
+class ParkedExcerpt(NamedTuple):
+    message: MessageExcerpt
+    attempts: int
+    last_error: str
+    parked_at: datetime.datetime
+
+    @classmethod
+    def of(cls, row: operator_store.ParkedExcerpt) -> "ParkedExcerpt":
+        return cls(MessageExcerpt.of(row.message), row.attempts, row.last_error, row.parked_at)
 
 
 def tail(
@@ -47,7 +91,8 @@ def latest_messages(
     to their first `shown` characters in the database: only what is shown is read."""
     if not 1 <= limit <= MAX_LATEST:
         raise ValueError(f"limit {limit} is not from 1 to {MAX_LATEST}")
-    return OperatorStore(conn).latest_messages(publication, limit, shown)[::-1]
+    newest_first = OperatorStore(conn).latest_messages(publication, limit, shown)
+    return [MessageExcerpt.of(row) for row in reversed(newest_first)]
 
 
 def parked_message_excerpt(
@@ -61,7 +106,7 @@ def parked_message_excerpt(
     found = OperatorStore(conn).parked_message_excerpt(name, position, shown)
     if found is None or (isinstance(place, Position) and found.message.at != place):
         raise no_parked_message(name, at)
-    return found
+    return ParkedExcerpt.of(found)
 
 
 def read_messages(

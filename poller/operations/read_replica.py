@@ -10,9 +10,8 @@ import psycopg
 from outbox.database_url import mask_password
 from outbox.read_servers import ReplicaLag, server_state
 from outbox.read_servers import check_read_server as refuse_unless_standby
-from poller.operations.subscription_status import SubscriptionStatus, read_server
+from poller.operations.subscription_status import ReadServerStatus, SubscriptionStatus, read_server
 from poller.reconnect import failure_line
-from poller.store.read_server_check import ReadServerStatus
 
 # libpq's smallest connect timeout: a status or a page must not hang on a replica that is gone.
 CONNECT_TIMEOUT_SECONDS = 2

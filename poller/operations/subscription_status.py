@@ -7,17 +7,13 @@ from typing import Any, NamedTuple
 import psycopg
 
 from outbox.positions import Position
+from outbox.read_servers import ReplicaLag
 from poller.blockers import Blocker
+from poller.operations.shard_views import ShardLeader, ShardLeadership, ShardStatus
 from poller.operations.subscriptions import get
+from poller.store import read_server_check
 from poller.store.admin_store import AdminStore
-from poller.store.read_server_check import ReadServerStatus, read_server_status
-from poller.store.shard_store import (
-    ShardLeader,
-    ShardLeadership,
-    ShardStatus,
-    shard_leaders,
-    shard_statuses,
-)
+from poller.store.shard_store import shard_leaders, shard_statuses
 
 
 class SubscriptionStatus(NamedTuple):
@@ -65,7 +61,7 @@ def status(conn: psycopg.Connection[Any], *, show_query: bool = False) -> list[S
         blockers = (
             [] if hidden_tx is None else store.blockers_before(hidden_tx, with_query=show_query)
         )
-        shards = leaders.get(name, [])
+        shards = [ShardLeader.of(shard) for shard in leaders.get(name, [])]
         result.append(
             SubscriptionStatus(
                 name,
@@ -93,6 +89,21 @@ def status(conn: psycopg.Connection[Any], *, show_query: bool = False) -> list[S
     return result
 
 
+class ReadServerStatus(NamedTuple):
+    """A hot standby that messages are read from, against the primary."""
+
+    refused: str | None
+    """Why the daemons refuse to read from it (it is no standby of the primary), or None."""
+    lag: ReplicaLag
+    waiting: frozenset[str]
+    """The subscriptions whose stored checkpoint it has not replayed: their reads there find
+    nothing, and wait for it."""
+
+    @classmethod
+    def of(cls, checked: read_server_check.ReadServerStatus) -> "ReadServerStatus":
+        return cls(checked.refused, checked.lag, checked.waiting)
+
+
 def read_server(
     conn: psycopg.Connection[Any],
     read_conn: psycopg.Connection[Any],
@@ -100,10 +111,11 @@ def read_server(
 ) -> ReadServerStatus:
     """`read_conn`'s server (a hot standby messages are read from) against `conn`'s, for the
     subscriptions of `status(conn)`."""
-    return read_server_status(conn, read_conn, {row.subscription: row.checkpoint for row in rows})
+    checkpoints = {row.subscription: row.checkpoint for row in rows}
+    return ReadServerStatus.of(read_server_check.read_server_status(conn, read_conn, checkpoints))
 
 
 def shards(conn: psycopg.Connection[Any], name: str) -> list[ShardStatus]:
     """One line per shard of the subscription (one, shard 0 of 1, for a plain one), the
     draining shards of a change of the count first."""
-    return shard_statuses(conn, [get(conn, name).subscription_id])
+    return [ShardStatus.of(row) for row in shard_statuses(conn, [get(conn, name).subscription_id])]

@@ -57,23 +57,3 @@ def shard_leaders(conn: psycopg.Connection[Any]) -> dict[str, list[ShardLeader]]
     for name, count, shard, draining, *leader in conn.execute(SHARD_ADMIN_QUERIES["shard_leaders"]):
         leaders.setdefault(name, []).append(ShardLeader(ShardUnit(count, shard), draining, *leader))
     return leaders
-
-
-class ShardLeadership(NamedTuple):
-    """How many of a subscription's shards a live process leads."""
-
-    shard_count: int
-    draining_shard_count: int | None
-    led: int
-    draining_led: int
-
-    @classmethod
-    def of(cls, shards: list[ShardLeader]) -> "ShardLeadership":
-        current = [shard for shard in shards if not shard.draining]
-        draining = [shard for shard in shards if shard.draining]
-        return cls(
-            current[0].unit.shard_count if current else 1,
-            draining[0].unit.shard_count if draining else None,
-            sum(shard.leader_alive for shard in current),
-            sum(shard.leader_alive for shard in draining),
-        )

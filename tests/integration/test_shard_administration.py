@@ -14,8 +14,8 @@ import outbox
 from outbox.positions import MAX_PART, START, Position
 from outbox.shards import message_shard
 from poller import operations
-from poller.operations import SubscriptionError
-from poller.store.shard_store import SHARD_ADMIN_QUERIES, ShardLeadership
+from poller.operations import ShardLeadership, SubscriptionError
+from poller.store.shard_store import SHARD_ADMIN_QUERIES
 from tests.integration.test_query_plan import plan_nodes
 
 ShardRows = list[tuple[int, int, Position]]
