@@ -142,9 +142,13 @@ def test_relays_benchmark_reports_each_answering_broker_against_its_client(
     assert "latency, 16 writers" in output
     assert "daemon, async def no-op" in output
     if "not answering" not in output:
-        assert output.count("plain client loop") >= 6  # each broker's row and its ratio's
-        # Three throughput ratios, and p50 and p99 of each relay against the daemon alone.
-        assert len(re.findall(r"\d\.\d\dx", output)) == 9
+        for broker in ("nats", "redis", "rabbitmq"):
+            assert f"{broker}, CPU per message" in output
+        # Each broker's rate and CPU rows, and their ratios' baselines.
+        assert output.count("plain client loop") >= 12
+        # Three throughput ratios, three of CPU per message, and p50 and p99 of each relay
+        # against the daemon alone.
+        assert len(re.findall(r"\d\.\d\dx", output)) == 12
 
 
 def test_tracing_benchmark_compares_with_opentelemetry_absent_unused_and_configured(
