@@ -205,12 +205,18 @@ def read_application_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
+_DECODER = json.JSONDecoder()
+"""Stateless once made: one for every message's headers, not one per message."""
+
+
 def header_texts(headers_text: str) -> list[tuple[str, str, bool]]:
     """Each header of a message's headers (PostgreSQL's jsonb text of one JSON object): its
     name, its value (a string's, or the JSON text of any other value, exactly as stored),
     and whether that is JSON text."""
-    decoder = json.JSONDecoder()
     found: list[tuple[str, str, bool]] = []
+    if headers_text == "{}":  # most messages: PostgreSQL's text of an empty jsonb object
+        return found
+    decoder = _DECODER
     at = _skip(headers_text, 0)
     assert headers_text[at] == "{", "headers are a JSON object"
     at = _skip(headers_text, at + 1)

@@ -36,16 +36,20 @@ from aio_pika.exceptions import (
     PublishError,
 )
 from aiormq.exceptions import ChannelAccessRefused
+from pamqp import commands
 
 from outbox.database_url import mask_password
 from outbox.positions import Position
-from outbox_relays import cloud_events, fields
+from outbox_relays import amqp_batches, cloud_events, fields
 from outbox_relays.target import BrokerUnavailable, Unsent, whole_or_each
 from outbox_relays.target_url import RelayUrlError, TargetUrl
 from outbox_relays.templates import Template, TemplateError
 from poller.message import Message
 
 log = logging.getLogger(__name__)
+
+_PERSISTENT = 2
+"""AMQP's delivery_mode for a message the broker writes to disk before it confirms it."""
 
 _SHORT_STRING = 255
 """AMQP 0-9-1 short strings (exchange, routing key, message_id, type) hold at most 255 bytes."""
@@ -57,8 +61,8 @@ channel it uses has closed, ChannelInvalidStateError among them)."""
 _TOO_LARGE = re.compile(r"message size \d+ is larger than configured max size (\d+)")
 _NO_EXCHANGE = re.compile(r"no exchange '(.*)' in vhost")
 
-# One publish: the outbox message, its exchange and routing key, and the AMQP message.
-_Outgoing = tuple[Message, str, str, aio_pika.Message]
+# One publish: the outbox message and what goes on the wire for it.
+_Outgoing = tuple[Message, amqp_batches.Publish]
 
 
 class RabbitMqTarget:
@@ -108,20 +112,22 @@ class RabbitMqTarget:
         unsent: dict[Position, Unsent] = {}
         pending: list[_Outgoing] = []
         for message in messages:
-            exchange = self._exchange.render(message)
-            routing_key = self._routing_key.render(message)
-            reason = _overlong(message, exchange, routing_key)
+            amqp = _amqp_publish(
+                message,
+                self._exchange.render(message),
+                self._routing_key.render(message),
+                self._cloud_events,
+            )
+            reason = _overlong(amqp)
             if reason is not None:
                 unsent[message.at] = reason
                 continue
-            pending.append(
-                (message, exchange, routing_key, _amqp_message(message, self._cloud_events))
-            )
+            pending.append((message, amqp))
         try:
             async with asyncio.timeout(self._timeout):
                 while pending:
                     if self._max_size is not None:
-                        for message, _, _, amqp in pending:
+                        for message, amqp in pending:
                             if len(amqp.body) > self._max_size:
                                 unsent[message.at] = (
                                     f"RabbitMQ: the payload is {len(amqp.body)} bytes, larger"
@@ -174,32 +180,15 @@ class RabbitMqTarget:
         messages it refused, not to repeats."""
         try:
             channel = await self._open_channel()
-            for name in dict.fromkeys(name for _, name, _, _ in batch):  # in batch order
+            for name in dict.fromkeys(amqp.exchange for _, amqp in batch):  # in batch order
                 await self._prepare(channel, name)
             frames = await channel.get_underlay_channel()
-            # aiormq's channel: wait= is its own, not its abstract interface's.
             assert isinstance(frames, aiormq.Channel)
+            # The batch goes out in order as one write; the confirms come back concurrently.
+            confirmations = await amqp_batches.publish(frames, [amqp for _, amqp in batch])
         except _BROKER_ERRORS as error:
             raise self._unavailable(error, None) from None
-        # Each publish takes the channel's lock in the order the tasks start, so the frames go
-        # out in batch order while the confirms come back concurrently. wait=False: a publish
-        # hands its frames to the connection's writer and lets the next one in, instead of
-        # holding the lock until the writer drained them (aio-pika's Exchange.publish), which
-        # cost every message a round through the loop and a socket write of its own.
-        results = await asyncio.gather(
-            *(
-                frames.basic_publish(
-                    amqp.body,
-                    exchange=exchange,
-                    routing_key=routing_key,
-                    properties=amqp.properties,
-                    mandatory=True,
-                    wait=False,
-                )
-                for _, exchange, routing_key, amqp in batch
-            ),
-            return_exceptions=True,
-        )
+        results = await asyncio.gather(*confirmations, return_exceptions=True)
         failures = [
             (result, item)
             for result, item in zip(results, batch, strict=True)
@@ -335,8 +324,8 @@ class RabbitMqTarget:
         relay's kind and one line."""
         said = self._scrubbed(str(error))
         if isinstance(error, DeliveryError) and failed is not None:
-            message, exchange, routing_key, _ = failed
-            return self._undelivered(error, message, exchange, routing_key)
+            message, amqp = failed
+            return self._undelivered(error, message, amqp.exchange, amqp.routing_key)
         if isinstance(error, ChannelNotFoundEntity):
             named = _NO_EXCHANGE.search(str(error))
             if named:
@@ -384,38 +373,38 @@ class RabbitMqTarget:
         return mask_password(text.replace(password, "***") if password else text)
 
 
-def _amqp_message(message: Message, cloud_event: bool) -> aio_pika.Message:
-    """format=cloudevents: binary mode as the CloudEvents SDK's RabbitMQ binding has it
-    (`ce-` headers as they are, the content_type property the data's)."""
+def _amqp_publish(
+    message: Message, exchange: str, routing_key: str, cloud_event: bool
+) -> amqp_batches.Publish:
+    """The message's properties as aio-pika's Message gave them (persistent, priority 0).
+    format=cloudevents: binary mode as the CloudEvents SDK's RabbitMQ binding has it (`ce-`
+    headers as they are, the content_type property the data's)."""
     own = (
         cloud_events.binary_headers(message, percent_encoded=False, content_type=False)
         if cloud_event
         else fields.metadata(message)
     )
-    return aio_pika.Message(
-        body=fields.payload(message),
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-        message_id=fields.message_id(message),
-        type=message.message_type,
-        timestamp=message.appended_at,
+    properties = commands.Basic.Properties(
         content_type="application/json",
-        # Widened to aio-pika's header value type.
-        headers={**own, **_application_headers(message)},
+        delivery_mode=_PERSISTENT,
+        headers={**own, **fields.application_headers(message, fields.AMQP_NAMES)},
+        message_id=fields.message_id(message),
+        message_type=message.message_type,
+        priority=0,
+        timestamp=message.appended_at,
     )
+    return amqp_batches.Publish(exchange, routing_key, properties, fields.payload(message))
 
 
-def _application_headers(message: Message) -> dict[str, str]:
-    return fields.application_headers(message, fields.AMQP_NAMES)
-
-
-def _overlong(message: Message, exchange: str, routing_key: str) -> str | None:
+def _overlong(amqp: amqp_batches.Publish) -> str | None:
     """Why the message can never be sent over AMQP 0-9-1, if a short string is too long."""
+    properties = amqp.properties
     for what, value in (
-        ("exchange", exchange),
-        ("routing key", routing_key),
-        ("message_id", fields.message_id(message)),
-        ("type", message.message_type),
-        *(("header name", name) for name in _application_headers(message)),
+        ("exchange", amqp.exchange),
+        ("routing key", amqp.routing_key),
+        ("message_id", properties.message_id or ""),
+        ("type", properties.message_type or ""),
+        *(("header name", name) for name in properties.headers or {}),
     ):
         if len(value.encode()) > _SHORT_STRING:
             return f"RabbitMQ: the {what} {value[:40]!r}... is over {_SHORT_STRING} bytes"

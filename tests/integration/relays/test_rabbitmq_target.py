@@ -372,6 +372,48 @@ async def test_an_overlong_message_type_is_refused_for_good_and_the_rest_deliver
     assert [m.message_id for m in await rabbit.read(queue)] == [m.message_id for m in good]
 
 
+async def test_only_the_returned_messages_of_a_batch_are_missing(rabbit: Rabbit) -> None:
+    """One write carries the batch; each message keeps its own answer: the broker's returns
+    name theirs by message_id, the rest are confirmed and never sent again."""
+    exchange = await rabbit.exchange()
+    queue = rabbit.name("queue")
+    rabbit.queues.append(queue)
+    async with rabbit.connection.channel() as channel:
+        declared = await channel.declare_queue(queue)
+        await declared.bind(exchange, "order.#")
+    placed = made_messages(4)
+    cancelled = made_messages(2, message_type="refund.issued", first_transaction=4000)
+    batch = [placed[0], cancelled[0], placed[1], placed[2], cancelled[1], placed[3]]
+    target = rabbit.target(f"{SERVER}/?exchange={exchange}")
+
+    unsent = await target.publish(batch)
+
+    assert sorted(unsent) == sorted(m.at for m in cancelled)
+    for answer in unsent.values():
+        assert isinstance(answer, BrokerUnavailable)
+        assert answer.kind == "missing"
+        assert "refund.issued" in answer.reason
+    assert [m.message_id for m in await rabbit.read(queue)] == [m.message_id for m in placed]
+
+
+async def test_a_body_larger_than_a_frame_arrives_whole_and_in_its_place(rabbit: Rabbit) -> None:
+    """AMQP cuts a body at the connection's frame size (128 KiB by default): the pieces of
+    the big one go out in the batch's one write between its neighbours'."""
+    exchange = await rabbit.exchange()
+    queue = await rabbit.queue(exchange)
+    messages = made_messages(3)
+    big = with_data(messages[1], orjson.dumps({"blob": "é" * 200_000}).decode())
+    batch = [messages[0], big, messages[2]]
+    target = rabbit.target(f"{SERVER}/?exchange={exchange}")
+
+    assert await target.publish(batch) == {}
+
+    received = await rabbit.read(queue)
+    assert [m.message_id for m in received] == [fields.message_id(m) for m in batch]
+    assert received[1].body == big.data_text.encode()
+    assert len(received[1].body) > 3 * 131_072
+
+
 async def rabbitmqctl_eval(expression: str) -> str:
     process = await asyncio.create_subprocess_exec(
         "rabbitmqctl",
