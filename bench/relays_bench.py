@@ -239,6 +239,9 @@ def latency(database_url: str, answering: dict[str, Make], quick: bool) -> list[
                 else "",
                 f"rounds {latency_rounds.each_round(its, quantile)} ms",
             ]
+            if quantile == "p99" and any(r.parts for r in its):
+                # (c) is the relay's own: from its read to the broker's last confirm.
+                notes.append(latency_rounds.slowest_share(its))
             if unhandled := sum(r.unhandled for r in its):
                 notes.append(f"{unhandled:,} not confirmed in time")
             measurements.append(
