@@ -46,33 +46,34 @@ async def publish(channel: aiormq.Channel, batch: Sequence[Publish]) -> list[Con
     """Write `batch` in order on `channel` (opened with publisher confirms) and return each
     message's confirmation: an ack's frame, or the error of its nack (DeliveryError), return
     (PublishError) or of the channel's closing."""
+    if any(not item.properties.message_id for item in batch):
+        raise ValueError("an AMQP publish in a batch needs a message_id")
     frames: list[FrameType | ContentBody] = []
     confirmations: list[Confirmation] = []
     async with channel.lock:
         first_tag = channel.delivery_tag + 1
-        for item in batch:
-            message_id = item.properties.message_id
-            if not message_id:
-                raise ValueError("an AMQP publish in a batch needs a message_id")
-            channel.delivery_tag += 1
-            tag = channel.delivery_tag
-            confirmation: Confirmation = channel.create_future()
-            channel.confirmations[tag] = confirmation
-            channel.message_id_delivery_tag[message_id] = tag
-            confirmation.add_done_callback(partial(_forget, channel, message_id, tag))
-            confirmations.append(confirmation)
-            frames += (
-                commands.Basic.Publish(
-                    exchange=item.exchange, routing_key=item.routing_key, mandatory=True
-                ),
-                ContentHeader(properties=item.properties, body_size=len(item.body)),
-                *channel._split_body(item.body),  # the body cut at the frame size agreed
-            )
-        payload = ChannelFrame.marshall(channel_number=channel.number, frames=frames)
         try:
+            for item in batch:
+                message_id = str(item.properties.message_id)
+                channel.delivery_tag += 1
+                tag = channel.delivery_tag
+                confirmation: Confirmation = channel.create_future()
+                channel.confirmations[tag] = confirmation
+                channel.message_id_delivery_tag[message_id] = tag
+                confirmation.add_done_callback(partial(_forget, channel, message_id, tag))
+                confirmations.append(confirmation)
+                frames += (
+                    commands.Basic.Publish(
+                        exchange=item.exchange, routing_key=item.routing_key, mandatory=True
+                    ),
+                    ContentHeader(properties=item.properties, body_size=len(item.body)),
+                    *channel._split_body(item.body),  # the body cut at the frame size agreed
+                )
+            payload = ChannelFrame.marshall(channel_number=channel.number, frames=frames)
             await channel.write_queue.put(payload)
         except BaseException:
-            # Nothing reached the broker: give the tags back while the lock is held, as
+            # Nothing reached the broker (a frame pamqp would not marshal, a cancelled
+            # wait for the writer's queue): give the tags back while the lock is held, as
             # basic_publish does, so the broker's numbering and the channel's stay one.
             channel.delivery_tag = first_tag - 1
             for tag, confirmation in enumerate(confirmations, first_tag):

@@ -216,15 +216,14 @@ def header_texts(headers_text: str) -> list[tuple[str, str, bool]]:
     found: list[tuple[str, str, bool]] = []
     if headers_text == "{}":  # most messages: PostgreSQL's text of an empty jsonb object
         return found
-    decoder = _DECODER
     at = _skip(headers_text, 0)
     assert headers_text[at] == "{", "headers are a JSON object"
     at = _skip(headers_text, at + 1)
     while headers_text[at] != "}":
-        name, at = decoder.raw_decode(headers_text, at)
+        name, at = _DECODER.raw_decode(headers_text, at)
         at = _skip(headers_text, _skip(headers_text, at) + 1)  # past the ':'
         start = at
-        value, at = decoder.raw_decode(headers_text, at)
+        value, at = _DECODER.raw_decode(headers_text, at)
         if isinstance(value, str):
             found.append((name, value, False))
         else:

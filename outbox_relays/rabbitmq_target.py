@@ -48,9 +48,6 @@ from poller.message import Message
 
 log = logging.getLogger(__name__)
 
-_PERSISTENT = 2
-"""AMQP's delivery_mode for a message the broker writes to disk before it confirms it."""
-
 _SHORT_STRING = 255
 """AMQP 0-9-1 short strings (exchange, routing key, message_id, type) hold at most 255 bytes."""
 
@@ -386,7 +383,7 @@ def _amqp_publish(
     )
     properties = commands.Basic.Properties(
         content_type="application/json",
-        delivery_mode=_PERSISTENT,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
         headers={**own, **fields.application_headers(message, fields.AMQP_NAMES)},
         message_id=fields.message_id(message),
         message_type=message.message_type,

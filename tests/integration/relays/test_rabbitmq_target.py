@@ -8,11 +8,13 @@ from collections.abc import AsyncIterator
 
 import aio_pika
 import aio_pika.abc
+import aiormq
 import orjson
 import pytest
+from pamqp import commands
 from pamqp.common import Arguments
 
-from outbox_relays import fields
+from outbox_relays import amqp_batches, fields
 from outbox_relays.kinds import open_target
 from outbox_relays.target import BrokerUnavailable, Target
 from outbox_relays.target_url import RelayUrlError
@@ -412,6 +414,41 @@ async def test_a_body_larger_than_a_frame_arrives_whole_and_in_its_place(rabbit:
     assert [m.message_id for m in received] == [fields.message_id(m) for m in batch]
     assert received[1].body == big.data_text.encode()
     assert len(received[1].body) > 3 * 131_072
+
+
+async def test_a_batch_that_cannot_be_marshalled_gives_its_delivery_tags_back(
+    rabbit: Rabbit,
+) -> None:
+    """Nothing of it reached the broker, so the channel's numbering stays the broker's: the
+    next batch's confirms answer that batch's messages."""
+    exchange = await rabbit.exchange()
+    queue = await rabbit.queue(exchange)
+
+    def batch(first: int, exchange: str) -> list[amqp_batches.Publish]:
+        return [
+            amqp_batches.Publish(
+                exchange,
+                "any",
+                commands.Basic.Properties(message_id=f"m-{n}", delivery_mode=2),
+                b"{}",
+            )
+            for n in range(first, first + 3)
+        ]
+
+    async with rabbit.connection.channel(publisher_confirms=True) as channel:
+        frames = await channel.get_underlay_channel()
+        assert isinstance(frames, aiormq.Channel)
+        before = frames.delivery_tag
+        with pytest.raises(ValueError, match="exchange"):
+            await amqp_batches.publish(frames, [*batch(0, exchange), *batch(3, "x" * 300)])
+        assert frames.delivery_tag == before
+        assert not frames.confirmations
+
+        confirmations = await amqp_batches.publish(frames, batch(6, exchange))
+        async with asyncio.timeout(10):
+            answers = await asyncio.gather(*confirmations)
+    assert all(isinstance(answer, commands.Basic.Ack) for answer in answers)
+    assert [m.message_id for m in await rabbit.read(queue)] == ["m-6", "m-7", "m-8"]
 
 
 async def rabbitmqctl_eval(expression: str) -> str:
