@@ -7,8 +7,10 @@
 - latency: commit to the broker's confirmation, p50 and p99, with 16 writer processes
   committing 1,000 messages/s between them (bench/load_bench.py's writers), in three
   interleaved rounds, next to the daemon with an `async def` no-op handler (what the relay adds
-  over delivery itself); each relay but NATS's against the NATS relay's, which RabbitMQ's
-  aims are set by.
+  over delivery itself) and each broker's plain client in the simplest outbox loop (read
+  below the frontier every 1 ms, publish, await the confirmations: what the broker gives
+  without the relay); each relay but NATS's against the NATS relay's, which RabbitMQ's aims
+  are set by.
 
 A broker that does not answer on localhost is left out, with a note saying so.
 """
@@ -18,9 +20,10 @@ import contextlib
 import os
 import socket
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +39,12 @@ import poller
 from bench import latency_rounds, load_bench
 from bench.common import Measurement
 from bench.poller_bench import fill
-from outbox.positions import Position
+from outbox.positions import START, Position
 from outbox_relays import fields
 from poller import operations
 from poller.daemon.background import DaemonThread
 from poller.message import Message
-from poller.store.message_reads import read_batch
+from poller.store.message_reads import prepare_reader, read_batch
 
 TITLE = "Relays: throughput vs each broker's own client loop, commit-to-broker latency"
 BATCH = 500
@@ -71,6 +74,8 @@ class Destination:
 
 
 Make = Callable[[], contextlib.AbstractAsyncContextManager[Destination]]
+Run = Callable[[Awaitable[object]], object]
+"""Runs a coroutine to its end on a held destination's loop."""
 
 
 def run(database_url: str, quick: bool) -> list[Measurement]:
@@ -210,15 +215,19 @@ def relay_rate(database_url: str, destination: Destination, messages: list[Messa
 def latency(database_url: str, answering: dict[str, Make], quick: bool) -> list[Measurement]:
     """Interleaved rounds of every consumer, each on a fresh publication, percentiles pooled
     over them (a drift in the machine's load falls on all alike; each round's figure is in
-    the note). The relays' rows are against the NATS relay's, the daemon's against nothing."""
+    the note). Each broker's plain client loop is against NATS's, each relay but NATS's
+    against the NATS relay, the NATS relay against the daemon; a relay's note names its own
+    client loop's figure, what the broker gives without the relay."""
     seconds = latency_rounds.QUICK_SECONDS if quick else latency_rounds.FULL_SECONDS
     rounds = 1 if quick else latency_rounds.ROUNDS
     timing = load_bench.Timing(0.0, {}, sample_every=1.0, drain_timeout=30.0)
     daemon = load_bench.IN_PROCESS[load_bench.ASYNC_DAEMON]
-    contenders = {DAEMON: daemon} | {
-        relay_named(name): load_bench.Contender(name, relay_consumer(make))
-        for name, make in answering.items()
-    }
+    contenders = {DAEMON: daemon}
+    for name, make in answering.items():
+        contenders[client_named(name)] = load_bench.Contender(
+            f"{name}-client", client_loop_consumer(make)
+        )
+        contenders[relay_named(name)] = load_bench.Contender(name, relay_consumer(make))
     with load_bench.writer_processes(database_url) as writers:
         # Untimed: a fresh database's first run is slower (new tables, cold caches).
         load_bench.consume_under_load(
@@ -227,16 +236,14 @@ def latency(database_url: str, answering: dict[str, Make], quick: bool) -> list[
         its_rounds, _ = load_bench.rounds_at(
             database_url, writers, contenders, LATENCY_RATE, timing, seconds, rounds, "relay"
         )
-    nats = relay_named("nats")
     setting = f"16 writers, {LATENCY_RATE:,.0f} msg/s, {latency_rounds.rounds_named(rounds)}"
     measurements = []
     for quantile in ("p50", "p99"):
         for variant, its in its_rounds.items():
             baseline = latency_baseline(variant, its_rounds)
             notes = [
-                LATENCY_AIMS[quantile]
-                if variant == relay_named("rabbitmq") and baseline == nats
-                else "",
+                latency_aim(variant, baseline, quantile),
+                own_client_loop(variant, its_rounds, quantile),
                 f"rounds {latency_rounds.each_round(its, quantile)} ms",
             ]
             if quantile == "p99" and any(r.parts for r in its):
@@ -260,15 +267,104 @@ def latency(database_url: str, answering: dict[str, Make], quick: bool) -> list[
 
 def latency_baseline(variant: str, variants: Collection[str]) -> str | None:
     """The daemon's row stands alone, the NATS relay's is against it, and every other relay's
-    against the NATS relay's (what the aims compare with), or the daemon's without NATS."""
-    nats = relay_named("nats")
+    against the NATS relay's (what the aims compare with), or the daemon's without NATS; each
+    client loop but NATS's against NATS's, which stands alone."""
     if variant == DAEMON:
         return None
+    if variant.startswith(CLIENT):
+        nats_client = client_named("nats")
+        return nats_client if nats_client in variants and variant != nats_client else None
+    nats = relay_named("nats")
     return nats if nats in variants and variant != nats else DAEMON
+
+
+def latency_aim(variant: str, baseline: str | None, quantile: str) -> str:
+    """The issue's aims are the RabbitMQ relay's, against the NATS relay."""
+    if variant == relay_named("rabbitmq") and baseline == relay_named("nats"):
+        return LATENCY_AIMS[quantile]
+    return ""
+
+
+def own_client_loop(
+    variant: str, its_rounds: Mapping[str, list[latency_rounds.Round]], quantile: str
+) -> str:
+    """A relay's figure against its broker's plain client loop in the same rounds."""
+    if not variant.startswith(RELAY):
+        return ""
+    client = its_rounds.get(client_named(variant.removeprefix(f"{RELAY} to ")))
+    if not client:
+        return ""
+    own = latency_rounds.pooled(client, quantile)
+    relayed = latency_rounds.pooled(its_rounds[variant], quantile)
+    return f"its client loop {own:.1f} ms ({relayed / own:.2f}x of it)"
 
 
 def relay_named(broker: str) -> str:
     return f"{RELAY} to {broker}"
+
+
+def client_named(broker: str) -> str:
+    return f"{CLIENT} to {broker}"
+
+
+def client_loop_consumer(make: Make) -> load_bench.Consumer:
+    """The broker's own client in the simplest outbox loop, on a thread of its own: read what
+    is below the frontier (the bare loop's query, every 1 ms), publish it, await the broker's
+    confirmations, read on. What the relay is held to, under the same writers."""
+
+    @contextlib.contextmanager
+    def consumer(url: str, publication: str, handled_at: dict[str, float]) -> Iterator[None]:
+        stop, ready = threading.Event(), threading.Event()
+        failed: list[BaseException] = []
+
+        def loop() -> None:
+            try:
+                with held(make) as (run, destination):
+                    ready.set()
+                    publish_rows(url, publication, handled_at, stop, run, destination)
+            except BaseException as error:
+                failed.append(error)
+                ready.set()
+
+        thread = threading.Thread(target=loop, name=f"client-loop-{publication}")
+        thread.start()
+        ready.wait()
+        if failed:
+            thread.join()
+            raise failed[0]
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+        if failed:
+            raise failed[0]
+
+    return consumer
+
+
+def publish_rows(
+    url: str,
+    publication: str,
+    handled_at: dict[str, float],
+    stop: threading.Event,
+    run: Run,
+    destination: Destination,
+) -> None:
+    """Until `stop`: each read's rows published as one batch, confirmations awaited."""
+    after = START
+    with psycopg.connect(url, autocommit=True) as conn:
+        prepare_reader(conn)  # the read connection as the daemon sets it up
+        while not stop.is_set():
+            batch = read_batch(conn, publication, after, BATCH)
+            if not batch:
+                time.sleep(0.001)
+                continue
+            run(destination.publish(batch))
+            now = time.monotonic()
+            for message in batch:
+                handled_at[message.message_id] = now
+            after = batch[-1].at
 
 
 def relay_consumer(make: Make) -> load_bench.Consumer:
@@ -278,7 +374,7 @@ def relay_consumer(make: Make) -> load_bench.Consumer:
     def consumer(url: str, publication: str, handled_at: dict[str, float]) -> Iterator[None]:
         with psycopg.connect(url) as conn:
             operations.create(conn, publication, publication, "start", {})
-        with held(make) as destination:
+        with held(make) as (_, destination):
             relay = outbox_relays.handler(destination.relay_url)
 
             @poller.batch_handler()
@@ -296,12 +392,13 @@ def relay_consumer(make: Make) -> load_bench.Consumer:
 
 
 @contextlib.contextmanager
-def held(make: Make) -> Iterator[Destination]:
-    """An async destination held open from synchronous code, on a loop of its own."""
+def held(make: Make) -> Iterator[tuple[Run, Destination]]:
+    """An async destination held open from synchronous code, on a loop of its own, with what
+    runs a coroutine on that loop (from one thread at a time)."""
     loop = asyncio.new_event_loop()
     context = make()
     try:
-        yield loop.run_until_complete(context.__aenter__())
+        yield loop.run_until_complete, loop.run_until_complete(context.__aenter__())
     finally:
         loop.run_until_complete(context.__aexit__(None, None, None))
         loop.close()

@@ -144,11 +144,16 @@ def test_relays_benchmark_reports_each_answering_broker_against_its_client(
     if "not answering" not in output:
         for broker in ("nats", "redis", "rabbitmq"):
             assert f"{broker}, CPU per message" in output
-        # Each broker's rate and CPU rows, and their ratios' baselines.
-        assert output.count("plain client loop") >= 12
-        # Three throughput ratios, three of CPU per message, and p50 and p99 of each relay
-        # against the daemon alone.
-        assert len(re.findall(r"\d\.\d\dx", output)) == 12
+        # Each broker's rate and CPU rows, and their ratios' baselines; its client loop's
+        # p50 and p99 rows, and the relay's notes naming them.
+        assert output.count("plain client loop") >= 12 + 6
+        for broker in ("nats", "redis", "rabbitmq"):
+            assert f"plain client loop to {broker}" in output
+        # Three throughput ratios, three of CPU per message; at p50 and p99: the NATS relay
+        # against the daemon, the two others against it, the two other client loops against
+        # NATS's, and each relay against its own client loop in its note.
+        assert len(re.findall(r"\d\.\d\dx", output)) == 6 + 2 * (5 + 3)
+        assert output.count("x of it)") == 6
 
 
 def test_tracing_benchmark_compares_with_opentelemetry_absent_unused_and_configured(
