@@ -71,6 +71,15 @@ def interleaved_rows(database_url: str) -> list[Position]:
     return sorted(rows)
 
 
+def stored_rows(database_url: str) -> list[Position]:
+    with psycopg.connect(database_url) as conn:
+        found = conn.execute(
+            "SELECT transaction_id::text::bigint, position FROM outbox.messages"
+            " ORDER BY transaction_id, position"
+        ).fetchall()
+    return [Position(transaction_id, position) for transaction_id, position in found]
+
+
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_key_buckets_keep_each_key_in_one_bucket_in_delivery_order(
     database_url: str, driver: CopyDriver
@@ -86,7 +95,9 @@ def test_key_buckets_keep_each_key_in_one_bucket_in_delivery_order(
             buckets_of_key[key].add(part.bucket)
         read += positions
 
-    assert sorted(read) == rows
+    # Once, in a whole run, the read held (88185, 13) where (88184, 13) was expected: the
+    # stored rows say whether the read or the expectation was wrong, should it happen again.
+    assert sorted(read) == rows, f"read {sorted(read)}, stored {stored_rows(database_url)}"
     assert all(len(buckets) == 1 for key, buckets in buckets_of_key.items() if key is not None)
     assert len(set().union(*buckets_of_key.values())) > 1  # the keys did spread
 
