@@ -2,7 +2,7 @@
 append, ranges are archived and partitions retired behind the reader, and it reads every
 committed message once, from the archive where they were dropped and the table after."""
 
-import time
+import asyncio
 from collections import Counter
 from collections.abc import Generator
 from pathlib import Path
@@ -69,23 +69,30 @@ def test_readers_racing_the_archive_and_retention_lose_and_double_nothing(
                 seam_crossings["partitions retired"] += sum(r.outcome == "retired" for r in retired)
                 yield None
 
-    read_counts = []
+    async def read_everything() -> Counter[str]:
+        """One reader from the start, until it has read as many messages as are written in
+        all: the count, not the writer's thread, says when (a reader that has read the last
+        message may be told nothing more, so it must not wait for the writer to end)."""
+        read = Counter[str]()
+        items = poller.subscribe(database_url, "orders", start="start")
+        try:
+            async with asyncio.timeout(60):  # a message lost would leave it waiting: fail instead
+                async for item in items:
+                    if isinstance(item, poller.Message):
+                        read[item.message_id] += 1
+                    if sum(read.values()) >= WRITES * 10 or writer.error:
+                        break
+        except TimeoutError:
+            pass  # what it missed is named below
+        finally:
+            await items.aclose()
+        return read
+
     with (
         BackgroundLoop[None]("writer", write(), every=0.01) as writer,
         BackgroundLoop[None]("archive and retention", archive_and_retire(), every=0.02) as keeper,
     ):
-        for _ in range(READS):
-            read = Counter[str]()
-            items = poller.subscribe_sync(database_url, "orders", start="start")
-            deadline = time.monotonic() + 60  # a message lost would leave it waiting: fail instead
-            for item in items:
-                if isinstance(item, poller.Message):
-                    read[item.message_id] += 1
-                done = writer.finished and sum(read.values()) >= len(committed)
-                if done or writer.error or time.monotonic() > deadline:
-                    break
-            items.close()
-            read_counts.append(read)
+        read_counts = [asyncio.run(read_everything()) for _ in range(READS)]
         writer.stop()
         keeper.stop()
 
